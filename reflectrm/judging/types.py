@@ -1,0 +1,103 @@
+"""Plain frozen data passed in and out of the judging code."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Role = Literal["system", "user", "assistant"]
+Mode = Literal["reflect", "single", "vote"]
+Outcome = Literal["verdict", "no_verdict"]
+# Ablations of the evaluation harness; "none" is ReflectRM as served.
+Ablation = Literal["none", "random_anchor", "random_winners", "anchor_only"]
+
+
+@dataclass(frozen=True)
+class Message:
+    role: Role
+    content: str
+
+
+@dataclass(frozen=True)
+class JudgeRequest:
+    conversation: tuple[Message, ...]
+    responses: tuple[str, str]
+    mode: Mode = "reflect"
+    num_candidates: int = 8
+    seed: int = 0
+    max_tokens: int = 1024
+    ablation: Ablation = "none"
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int = 0
+    generated_tokens: int = 0
+    engine_requests: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.prompt_tokens + other.prompt_tokens,
+            self.generated_tokens + other.generated_tokens,
+            self.engine_requests + other.engine_requests,
+        )
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One stage-1 judgment."""
+
+    index: int
+    verdict: int | None  # 1 or 2; None when unparseable
+    confidence: float
+    analysis: str
+    text: str
+    num_tokens: int
+    parse_error: str | None = None
+
+
+@dataclass(frozen=True)
+class Reflection:
+    """One stage-2 comparison of a candidate's critique with the anchor's."""
+
+    candidate: int
+    # Which critique slot (1 or 2) the candidate's analysis was shown in; the anchor had the other.
+    candidate_position: int
+    verdict: int | None  # the critique slot preferred (1 or 2), None when unparseable
+    beats_anchor: bool
+    text: str
+    num_tokens: int
+    parse_error: str | None = None
+
+
+@dataclass(frozen=True)
+class Trace:
+    candidates: tuple[Candidate, ...]
+    anchor: int | None = None
+    reflections: tuple[Reflection, ...] = ()
+    winner_group: tuple[int, ...] = ()
+    # The indices whose response verdicts were counted in the final vote.
+    voters: tuple[int, ...] = ()
+    anchor_added: bool = False
+
+
+@dataclass(frozen=True)
+class Judgment:
+    winner: int | None
+    scores: tuple[float, float]
+    outcome: Outcome
+    mode: Mode
+    analysis: str | None
+    votes: tuple[int, int]
+    early_exit: bool
+    usage: Usage
+    trace: Trace
+    seed: int
+
+    @property
+    def stage1_parse_failures(self) -> int:
+        return sum(c.verdict is None for c in self.trace.candidates)
+
+    @property
+    def reflection_parse_failures(self) -> int:
+        return sum(r.verdict is None for r in self.trace.reflections)

@@ -1,0 +1,81 @@
+"""Test doubles shared by the unit and API tests, and folder-based markers."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from reflectrm.engines.base import EngineError, Generation, GenerationResult, Prompt, SamplingSpec
+
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        folder = Path(str(item.fspath)).parent.name
+        if folder in ("unit", "api", "e2e"):
+            item.add_marker(getattr(pytest.mark, folder))
+
+
+def judgment(verdict: int | None, analysis: str = "fine", logprobs: Sequence[float] = (-0.5,) * 10,
+             finish: str = "stop", kind: str = "Response") -> Generation:
+    """A stage-1 or reflection output in the template's format."""
+    if verdict is None:
+        text = f"<Analysis>{analysis}</Analysis>\n"
+    else:
+        other = 3 - verdict
+        text = f"<Analysis>{analysis}</Analysis>\n<Result>{kind} {verdict} is better than {kind} {other}</Result>"
+    return Generation(text=text, token_logprobs=tuple(logprobs), finish_reason=finish)  # type: ignore[arg-type]
+
+
+Reflector = Callable[[str, str], int | None]
+
+
+@dataclass
+class ScriptedEngine:
+    """Answers stage 1 from a list of outputs and reflections from a rule on the two critiques.
+
+    ``reflect(critique_1, critique_2)`` returns the preferred slot (1 or 2) or None (unparseable).
+    """
+
+    stage1: list[Generation] = field(default_factory=list)
+    reflect: Reflector = lambda c1, c2: 1
+    max_model_len: int = 100_000
+    model_name: str = "scripted"
+    delay_s: float = 0.0
+    dead: bool = False
+    calls: list[tuple[str, SamplingSpec]] = field(default_factory=list)
+    aborted: int = 0
+
+    def render_chat(self, messages: Sequence[dict[str, str]]) -> Prompt:
+        text = "\n".join(f"<{m['role']}>{m['content']}" for m in messages)
+        return Prompt(text=text, token_ids=tuple(range(len(text.split()))))
+
+    async def generate(self, prompt: Prompt, spec: SamplingSpec, request_id: str) -> GenerationResult:
+        if self.dead:
+            raise EngineError("the vLLM engine has stopped; restart the service")
+        self.calls.append((prompt.text, spec))
+        try:
+            await asyncio.sleep(self.delay_s)
+        except asyncio.CancelledError:
+            self.aborted += 1
+            raise
+        if "# Critiques for Judgment" in prompt.text:
+            c1 = prompt.text.split("[Critique 1]\n", 1)[1].split("\n[End of Critique 1]", 1)[0]
+            c2 = prompt.text.split("[Critique 2]\n", 1)[1].split("\n[End of Critique 2]", 1)[0]
+            gens: tuple[Generation, ...] = (judgment(self.reflect(c1, c2), kind="Critique"),)
+        else:
+            gens = tuple(self.stage1[: spec.n])
+        return GenerationResult(generations=gens, prompt_tokens=prompt.num_tokens)
+
+    async def check_health(self) -> None:
+        if self.dead:
+            raise EngineError("the vLLM engine has stopped; restart the service")
+
+    @property
+    def reflection_calls(self) -> list[tuple[str, SamplingSpec]]:
+        return [c for c in self.calls if "# Critiques for Judgment" in c[0]]
