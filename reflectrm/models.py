@@ -80,7 +80,9 @@ def find_gguf(cache_dir: Path, say: Callable[[str], None]) -> Path:
     return extracted
 
 
-def prepare_default_model(cache_dir: Path | None = None, say: Callable[[str], None] = print) -> Path:
+def prepare_default_model(
+    cache_dir: Path | None = None, say: Callable[[str], None] = print
+) -> Path:
     """Convert the embedded GGUF into a safetensors checkpoint once; verify it on every call."""
     cache_dir = cache_dir or default_cache_dir()
     target = default_model_dir(cache_dir)

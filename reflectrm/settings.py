@@ -27,13 +27,19 @@ class Settings(BaseSettings):
         default_factory=default_cache_dir,
         description="Where the default model is converted to safetensors (outside the repo).",
     )
-    template_version: str = Field("v1", description="Prompt template version; see judging/prompts.py.")
+    template_version: str = Field(
+        "v1", description="Prompt template version; see judging/prompts.py."
+    )
 
     # --- HTTP --------------------------------------------------------------------------------
     host: str = Field("127.0.0.1", description="Address to bind.")
     port: int = Field(8000, description="Port to bind.")
     request_timeout_s: float = Field(
         900.0, gt=0, description="Deadline of one judgment; past it the request gets 504."
+    )
+
+    max_concurrent_judgments: int = Field(
+        64, ge=1, description="Judgments in flight at once; more get 429 with Retry-After."
     )
 
     # --- judging defaults --------------------------------------------------------------------

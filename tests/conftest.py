@@ -21,8 +21,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(getattr(pytest.mark, folder))
 
 
-def judgment(verdict: int | None, analysis: str = "fine", logprobs: Sequence[float] = (-0.5,) * 10,
-             finish: str = "stop", kind: str = "Response") -> Generation:
+def judgment(
+    verdict: int | None,
+    analysis: str = "fine",
+    logprobs: Sequence[float] = (-0.5,) * 10,
+    finish: str = "stop",
+    kind: str = "Response",
+) -> Generation:
     """A stage-1 or reflection output in the template's format."""
     if verdict is None:
         text = f"<Analysis>{analysis}</Analysis>\n"
@@ -55,7 +60,9 @@ class ScriptedEngine:
         text = "\n".join(f"<{m['role']}>{m['content']}" for m in messages)
         return Prompt(text=text, token_ids=tuple(range(len(text.split()))))
 
-    async def generate(self, prompt: Prompt, spec: SamplingSpec, request_id: str) -> GenerationResult:
+    async def generate(
+        self, prompt: Prompt, spec: SamplingSpec, request_id: str
+    ) -> GenerationResult:
         if self.dead:
             raise EngineError("the vLLM engine has stopped; restart the service")
         self.calls.append((prompt.text, spec))

@@ -74,7 +74,9 @@ class Engine(Protocol):
         """Apply the model's chat template (thinking off where it knows the switch) and tokenize."""
         ...
 
-    async def generate(self, prompt: Prompt, spec: SamplingSpec, request_id: str) -> GenerationResult:
+    async def generate(
+        self, prompt: Prompt, spec: SamplingSpec, request_id: str
+    ) -> GenerationResult:
         """Run one request. Cancelling the awaiting task aborts it in the engine."""
         ...
 

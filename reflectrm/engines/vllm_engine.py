@@ -84,7 +84,9 @@ class VLLMEngine:
         ids = self._tokenizer.encode(text, add_special_tokens=False)
         return Prompt(text=text, token_ids=tuple(ids))
 
-    async def generate(self, prompt: Prompt, spec: SamplingSpec, request_id: str) -> GenerationResult:
+    async def generate(
+        self, prompt: Prompt, spec: SamplingSpec, request_id: str
+    ) -> GenerationResult:
         from vllm import SamplingParams, TokensPrompt
         from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
         from vllm.v1.engine.exceptions import EngineDeadError
@@ -149,7 +151,9 @@ async def vllm_engine(settings: Settings, model_path: str) -> AsyncIterator[VLLM
         engine = VLLMEngine(llm, tokenizer, name, max_len)
         warm = engine.render_chat([{"role": "user", "content": "Hello"}])
         await engine.generate(warm, SamplingSpec(n=1, temperature=0.0, max_tokens=1), "warmup")
-        log.info("vLLM engine ready in %.1f s (max_model_len=%d)", time.monotonic() - started, max_len)
+        log.info(
+            "vLLM engine ready in %.1f s (max_model_len=%d)", time.monotonic() - started, max_len
+        )
         yield engine
     finally:
         llm.shutdown()

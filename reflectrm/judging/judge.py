@@ -7,7 +7,9 @@ decision the paper leaves open is a ``JudgeConfig`` field or a named constant he
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -120,15 +122,23 @@ class Judge:
             regex=self._regex(RESPONSE_VERDICTS, request.max_tokens),
             stop=STOP,
         )
+        started = time.monotonic()
         result = await self.engine.generate(prepared.prompt, spec, f"{request_id}-s1")
+        rollout_seconds = time.monotonic() - started
         usage = Usage(result.prompt_tokens, result.generated_tokens, 1)
         candidates = tuple(_candidate(i, g) for i, g in enumerate(result.generations))
         parsed = [c for c in candidates if c.verdict is not None]
         if not parsed:
-            return _no_verdict(request, candidates, usage)
-        if request.mode in ("single", "vote"):
-            return _vote_all(request, candidates, parsed, usage)
-        return await self._reflect(request, candidates, parsed, usage, request_id)
+            judgment = _no_verdict(request, candidates, usage)
+        elif request.mode in ("single", "vote"):
+            judgment = _vote_all(request, candidates, parsed, usage)
+        else:
+            judgment = await self._reflect(request, candidates, parsed, usage, request_id)
+        return dataclasses.replace(
+            judgment,
+            rollout_seconds=rollout_seconds,
+            reflection_seconds=time.monotonic() - started - rollout_seconds,
+        )
 
     async def _reflect(
         self,
@@ -333,3 +343,21 @@ def _no_verdict(request: JudgeRequest, candidates: tuple[Candidate, ...], usage:
 def _v(c: Candidate) -> int:
     assert c.verdict is not None  # only parsed candidates reach a vote
     return c.verdict
+
+
+def swapped(request: JudgeRequest) -> JudgeRequest:
+    """The same request with the two responses in the other order."""
+    r1, r2 = request.responses
+    return dataclasses.replace(request, responses=(r2, r1))
+
+
+def unswap_winner(winner: int | None) -> int | None:
+    """A winner from the swapped judgment, in the original numbering."""
+    return None if winner is None else 3 - winner
+
+
+def consistent(original: Judgment, swapped_judgment: Judgment) -> bool | None:
+    """Whether the same response won in both orders; None if either has no verdict."""
+    if original.winner is None or swapped_judgment.winner is None:
+        return None
+    return original.winner == unswap_winner(swapped_judgment.winner)

@@ -93,6 +93,9 @@ class Judgment:
     usage: Usage
     trace: Trace
     seed: int
+    # Wall time of each stage, for per-stage latency metrics.
+    rollout_seconds: float = 0.0
+    reflection_seconds: float = 0.0
 
     @property
     def stage1_parse_failures(self) -> int:

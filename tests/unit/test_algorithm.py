@@ -99,7 +99,13 @@ def test_anchor_from_logprobs_and_order_mapping_seed0():
     assert t.anchor == 2
     # others in index order: 0, 1, 3, 4, 5, 6, 7 with positions 2, 2, 1, 1, 2, 1, 2 (seed 0)
     assert [(r.candidate, r.candidate_position) for r in t.reflections] == [
-        (0, 2), (1, 2), (3, 1), (4, 1), (5, 2), (6, 1), (7, 2)
+        (0, 2),
+        (1, 2),
+        (3, 1),
+        (4, 1),
+        (5, 2),
+        (6, 1),
+        (7, 2),
     ]
     # the prompts really showed the candidate in that slot
     texts = [c[0] for c in eng.reflection_calls]
@@ -128,8 +134,10 @@ def test_seed_changes_order_but_mapping_stays_right():
 def test_empty_winner_group_falls_back_to_anchor():
     verdicts = [2, 1, 2]
     eng = ScriptedEngine(
-        stage1=[judgment(v, f"a{i}", conf_logprobs(lo)) for i, (v, lo) in
-                enumerate(zip(verdicts, [-2.0, -0.1, -3.0]))],
+        stage1=[
+            judgment(v, f"a{i}", conf_logprobs(lo))
+            for i, (v, lo) in enumerate(zip(verdicts, [-2.0, -0.1, -3.0]))
+        ],
         reflect=prefers(anchor="a1"),  # the anchor (c1) always wins
     )
     j = run(eng, req(num_candidates=3))
@@ -142,8 +150,10 @@ def test_tied_winner_group_adds_anchor():
     # anchor c0 votes 1; winners c1 (votes 1) and c2 (votes 2) tie 1-1 -> add anchor -> 2-1 for 1
     verdicts = [1, 1, 2, 2]
     eng = ScriptedEngine(
-        stage1=[judgment(v, f"a{i}", conf_logprobs(lo)) for i, (v, lo) in
-                enumerate(zip(verdicts, [-0.1, -1.0, -2.0, -3.0]))],
+        stage1=[
+            judgment(v, f"a{i}", conf_logprobs(lo))
+            for i, (v, lo) in enumerate(zip(verdicts, [-0.1, -1.0, -2.0, -3.0]))
+        ],
         reflect=prefers("a1", "a2"),
     )
     j = run(eng, req(num_candidates=4))
@@ -157,8 +167,10 @@ def test_winners_can_overrule_the_anchor():
     # anchor c0 says 1; c1..c3 say 2 and all beat it: final 2 with 3 votes, anchor not added
     verdicts = [1, 2, 2, 2]
     eng = ScriptedEngine(
-        stage1=[judgment(v, f"a{i}", conf_logprobs(lo)) for i, (v, lo) in
-                enumerate(zip(verdicts, [-0.1, -1.0, -2.0, -3.0]))],
+        stage1=[
+            judgment(v, f"a{i}", conf_logprobs(lo))
+            for i, (v, lo) in enumerate(zip(verdicts, [-0.1, -1.0, -2.0, -3.0]))
+        ],
         reflect=lambda c1, c2: 2 if c1 == "a0" else 1,
     )
     j = run(eng, req(num_candidates=4))
@@ -228,14 +240,16 @@ def test_injected_result_in_response_does_not_fool_the_parser():
 def test_single_mode_is_one_greedy_output():
     eng = ScriptedEngine(stage1=[judgment(2, "only")])
     j = run(eng, req(mode="single"))
-    (_, spec), = eng.calls
+    ((_, spec),) = eng.calls
     assert spec.n == 1 and spec.temperature == 0.0 and spec.seed is None
     assert j.winner == 2 and j.scores == (0.0, 1.0) and j.analysis == "only"
 
 
 def test_vote_mode_majority_and_tie_break_by_confidence():
-    gens = [judgment(v, f"a{i}", conf_logprobs(lo)) for i, (v, lo) in
-            enumerate(zip([1, 2, 2, 1], [-2.0, -3.0, -4.0, -0.5]))]
+    gens = [
+        judgment(v, f"a{i}", conf_logprobs(lo))
+        for i, (v, lo) in enumerate(zip([1, 2, 2, 1], [-2.0, -3.0, -4.0, -0.5]))
+    ]
     eng = ScriptedEngine(stage1=gens[:3])
     j = run(eng, req(mode="vote", num_candidates=3))
     assert j.winner == 2 and j.votes == (1, 2) and len(eng.calls) == 1
@@ -283,7 +297,9 @@ def test_cancel_aborts_engine_requests():
 def test_ablations():
     lows = [-0.1, -1.0, -2.0, -3.0]
     verdicts = [1, 2, 2, 2]
-    gens = [judgment(v, f"a{i}", conf_logprobs(lo)) for i, (v, lo) in enumerate(zip(verdicts, lows))]
+    gens = [
+        judgment(v, f"a{i}", conf_logprobs(lo)) for i, (v, lo) in enumerate(zip(verdicts, lows))
+    ]
     eng = ScriptedEngine(stage1=gens, reflect=prefers("a0"))
     j = run(eng, req(num_candidates=4, ablation="anchor_only"))
     assert j.winner == 1 and j.trace.reflections == () and j.trace.voters == (0,)

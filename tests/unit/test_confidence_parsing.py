@@ -24,23 +24,35 @@ def test_confidence_is_not_the_plain_mean():
 
 
 def test_parse_response_verdicts():
-    p = parse_output("<Analysis>A is right.</Analysis>\n<Result>Response 2 is better than Response 1</Result>",
-                     "Response", truncated=False)
+    p = parse_output(
+        "<Analysis>A is right.</Analysis>\n<Result>Response 2 is better than Response 1</Result>",
+        "Response",
+        truncated=False,
+    )
     assert (p.verdict, p.analysis, p.error) == (2, "A is right.", None)
     p = parse_output("<Result> response 1 is better than response 2. </Result>", "Response", False)
     assert p.verdict == 1
 
 
 def test_parse_takes_last_well_formed_result():
-    text = ("<Analysis>x</Analysis><Result>Response 1 is better than Response 2</Result>"
-            "on reflection <Result>Response 2 is better than Response 1</Result><Result>garbage</Result>")
+    text = (
+        "<Analysis>x</Analysis><Result>Response 1 is better than Response 2</Result>"
+        "on reflection <Result>Response 2 is better than Response 1</Result><Result>garbage</Result>"
+    )
     assert parse_output(text, "Response", False).verdict == 2
 
 
 def test_parse_failures_have_reasons():
     assert parse_output("<Analysis>no verdict", "Response", False).error == "no_result"
-    assert parse_output("<Result>Both are fine</Result>", "Response", False).error == "invalid_result"
-    assert parse_output("<Result>Response 1 is better than Response 1</Result>", "Response", False).error == "invalid_result"
+    assert (
+        parse_output("<Result>Both are fine</Result>", "Response", False).error == "invalid_result"
+    )
+    assert (
+        parse_output(
+            "<Result>Response 1 is better than Response 1</Result>", "Response", False
+        ).error
+        == "invalid_result"
+    )
     # cut at max tokens: not finished, never counts even with a Result inside
     cut = "<Analysis>a</Analysis><Result>Response 1 is better than Response 2</Result> and"
     assert parse_output(cut, "Response", truncated=True).error == "truncated"
@@ -48,11 +60,28 @@ def test_parse_failures_have_reasons():
 
 def test_parse_kind_must_match():
     # A critique verdict does not count as a response verdict, and the reverse.
-    assert parse_output("<Result>Critique 1 is better than Critique 2</Result>", "Response", False).verdict is None
-    assert parse_output("<Result>Critique 2 is better than Critique 1</Result>", "Critique", False).verdict == 2
-    assert parse_output("<Result>Response 2 is better than Response 1</Result>", "Critique", False).verdict is None
+    assert (
+        parse_output(
+            "<Result>Critique 1 is better than Critique 2</Result>", "Response", False
+        ).verdict
+        is None
+    )
+    assert (
+        parse_output(
+            "<Result>Critique 2 is better than Critique 1</Result>", "Critique", False
+        ).verdict
+        == 2
+    )
+    assert (
+        parse_output(
+            "<Result>Response 2 is better than Response 1</Result>", "Critique", False
+        ).verdict
+        is None
+    )
 
 
 def test_analysis_without_tags_is_text_before_result():
-    p = parse_output("It is 2.\n<Result>Response 2 is better than Response 1</Result>", "Response", False)
+    p = parse_output(
+        "It is 2.\n<Result>Response 2 is better than Response 1</Result>", "Response", False
+    )
     assert p.analysis == "It is 2."

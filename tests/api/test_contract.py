@@ -1,0 +1,174 @@
+"""The HTTP contract and every error status, on the app with a scripted engine."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+
+from reflectrm.app import create_app
+from reflectrm.settings import Settings
+from tests.conftest import ScriptedEngine, judgment
+
+GOOD = {"prompt": "What is 2 + 2?", "responses": ["4", "5"]}
+
+
+def mixed_engine(**kw) -> ScriptedEngine:
+    """c0 (most confident) says 1; the rest say 2 and all beat it in reflection."""
+    gens = [judgment(1, "a0", (-0.01,) * 9 + (-0.1,))]
+    gens += [judgment(2, f"a{i}", (-0.01,) * 9 + (-1.0 - i,)) for i in range(1, 8)]
+    return ScriptedEngine(stage1=gens, reflect=lambda c1, c2: 2 if c1 == "a0" else 1, **kw)
+
+
+@contextlib.contextmanager
+def client_for(engine: ScriptedEngine, **settings) -> Iterator[TestClient]:
+    app = create_app(Settings(**settings), engine=engine)
+    with TestClient(app) as client:
+        yield client
+
+
+@pytest.fixture
+def client() -> Iterator[TestClient]:
+    with client_for(mixed_engine()) as c:
+        yield c
+
+
+def test_judge_contract(client: TestClient):
+    r = client.post("/v1/judge", json={**GOOD, "seed": 5, "return_trace": True})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["winner"] == 2 and body["outcome"] == "verdict" and body["mode"] == "reflect"
+    assert body["scores"] == [0.0, 1.0] and body["votes"] == [0, 7]
+    assert body["early_exit"] is False and body["consistent"] is None
+    assert body["usage"]["engine_requests"] == 8
+    assert body["template_version"] == "v1" and body["model"] == "scripted"
+    assert body["seed"] == 5 and body["request_id"]
+    trace = body["trace"]
+    assert len(trace["candidates"]) == 8 and trace["anchor"] == 0
+    assert len(trace["reflections"]) == 7
+    assert {r["verdict"] for r in trace["reflections"]} == {"candidate"}
+    assert trace["winner_group"] == [1, 2, 3, 4, 5, 6, 7]
+    assert body["analysis"] == "a1"
+
+
+def test_short_path_and_messages(client: TestClient):
+    msgs = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello"},
+        {"role": "user", "content": "2+2?"},
+    ]
+    r = client.post("/judge", json={"messages": msgs, "responses": ["4", "5"], "mode": "single"})
+    assert r.status_code == 200, r.text
+    assert r.json()["mode"] == "single" and r.json()["trace"] is None
+
+
+def test_check_swap_reports_consistency():
+    # The scripted model always prefers whatever is shown first: inconsistent by construction.
+    with client_for(ScriptedEngine(stage1=[judgment(1)] * 8)) as c:
+        body = c.post("/v1/judge", json={**GOOD, "check_swap": True}).json()
+    assert body["winner"] == 1 and body["swapped_winner"] == 2 and body["consistent"] is False
+    assert body["usage"]["engine_requests"] == 2  # both orders exit early
+
+
+def test_no_verdict_outcome():
+    with client_for(ScriptedEngine(stage1=[judgment(None)] * 8)) as c:
+        body = c.post("/v1/judge", json=GOOD).json()
+    assert body["winner"] is None and body["outcome"] == "no_verdict"
+    assert body["scores"] == [0.5, 0.5] and body["parse_failures"] == 8
+
+
+@pytest.mark.parametrize(
+    "payload, needle",
+    [
+        ({"responses": ["a", "b"]}, "exactly one of `prompt`"),
+        ({**GOOD, "messages": [{"role": "user", "content": "x"}]}, "exactly one of `prompt`"),
+        ({"prompt": "q", "responses": ["only one"]}, "at least 2"),
+        ({"prompt": "q", "responses": ["a", "b", "c"]}, "at most 2"),
+        ({"prompt": "q", "responses": ["a", ""]}, "at least 1 character"),
+        ({"prompt": "", "responses": ["a", "b"]}, "at least 1 character"),
+        ({**GOOD, "surprise": 1}, "Extra inputs are not permitted"),
+        ({**GOOD, "mode": "best"}, "'reflect', 'single' or 'vote'"),
+        ({**GOOD, "num_candidates": 0}, "greater than or equal to 1"),
+        ({**GOOD, "max_tokens": 4}, "greater than or equal to 16"),
+        (
+            {
+                "messages": [
+                    {"role": "user", "content": "a"},
+                    {"role": "assistant", "content": "b"},
+                ],
+                "responses": ["x", "y"],
+            },
+            "must end with a user turn",
+        ),
+        ({"messages": [{"role": "robot", "content": "a"}], "responses": ["x", "y"]}, "robot"),
+    ],
+)
+def test_bad_fields_get_422_saying_what_to_fix(client: TestClient, payload, needle):
+    r = client.post("/v1/judge", json=payload)
+    assert r.status_code == 422
+    assert needle in r.text
+
+
+def test_malformed_json_is_422(client: TestClient):
+    r = client.post("/v1/judge", content=b"{not json", headers={"content-type": "application/json"})
+    assert r.status_code == 422 and "JSON" in r.text
+
+
+def test_max_tokens_over_server_limit_is_422():
+    with client_for(mixed_engine(), max_tokens_limit=512) as c:
+        r = c.post("/v1/judge", json={**GOOD, "max_tokens": 1000})
+    assert r.status_code == 422 and "REFLECTRM_MAX_TOKENS_LIMIT" in r.text
+
+
+def test_too_long_is_413_naming_the_limit():
+    with client_for(mixed_engine(max_model_len=300)) as c:
+        r = c.post("/v1/judge", json={**GOOD, "responses": ["word " * 400, "x"]})
+        assert r.status_code == 413
+        assert "300 tokens" in r.json()["detail"]
+
+
+def test_deadline_is_504_and_aborts_engine_requests():
+    engine = mixed_engine(delay_s=30)
+    with client_for(engine, request_timeout_s=0.3) as c:
+        r = c.post("/v1/judge", json=GOOD)
+    assert r.status_code == 504 and "REFLECTRM_REQUEST_TIMEOUT_S" in r.json()["detail"]
+    assert engine.aborted == 1
+
+
+def test_dead_engine_is_503_and_not_ready():
+    engine = mixed_engine()
+    with client_for(engine) as c:
+        assert c.get("/ready").status_code == 200
+        engine.dead = True
+        r = c.post("/v1/judge", json=GOOD)
+        assert r.status_code == 503 and "restart" in r.json()["detail"]
+        ready = c.get("/ready")
+        assert ready.status_code == 503 and "stopped" in ready.json()["detail"]
+        assert c.get("/health").status_code == 200
+
+
+def test_loading_and_failed_engine_are_503():
+    @contextlib.asynccontextmanager
+    async def broken(settings) -> AsyncIterator[ScriptedEngine]:
+        raise RuntimeError("no such model folder")
+        yield  # pragma: no cover
+
+    app = create_app(Settings(), engine_factory=broken)
+    with TestClient(app) as c:
+        assert c.get("/health").status_code == 200
+        r = c.get("/ready")
+        assert r.status_code == 503 and "no such model folder" in r.json()["detail"]
+        r = c.post("/v1/judge", json=GOOD)
+        assert r.status_code == 503 and "failed to start" in r.json()["detail"]
+
+
+def test_openapi_documents_examples_and_errors(client: TestClient):
+    spec = client.get("/openapi.json").json()
+    op = spec["paths"]["/v1/judge"]["post"]
+    assert {"413", "422", "503", "504"} <= set(op["responses"])
+    schema = spec["components"]["schemas"]["JudgeRequest"]
+    assert schema["examples"][0]["responses"] == ["The capital of France is Paris.", "It is Lyon."]
+    assert schema["additionalProperties"] is False
