@@ -1,0 +1,167 @@
+"""One real vLLM engine (CPU build, default model) and one live HTTP server per test session.
+
+The engine runs on its own event loop in a background thread, behind a real uvicorn server on a
+free loopback port. Fixtures:
+
+- ``live``: the running service (``live.url``, ``live.settings``, ``live.run(coro)``).
+- ``engine``: the same engine, usable from any event loop (e.g. inside ``asyncio.run``): its
+  calls are forwarded to the engine's own loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import socket
+import threading
+from collections.abc import Coroutine, Iterator, Sequence
+from typing import Any, TypeVar
+
+import httpx
+import pytest
+import uvicorn
+
+from reflectrm.app import create_app, default_engine
+from reflectrm.engines.base import Engine, GenerationResult, Prompt, SamplingSpec
+from reflectrm.settings import Settings
+
+T = TypeVar("T")
+
+# Short generations keep the suite fast; the analysis bound follows from max_tokens.
+E2E_MAX_TOKENS = 48
+
+
+def e2e_settings(**overrides: Any) -> Settings:
+    base: dict[str, Any] = {
+        "kv_cache_gib": 2.0,
+        "max_model_len": 4096,
+        "max_tokens": E2E_MAX_TOKENS,
+        # Reflections always run here (the weak model's unanimous votes would skip them).
+        "early_exit": False,
+        "request_timeout_s": 300.0,
+    }
+    base.update(overrides)
+    return Settings(**base)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class LiveService:
+    """The service on a real engine, served by uvicorn from a background thread."""
+
+    def __init__(self, settings: Settings, start_timeout_s: float = 600.0) -> None:
+        self.settings = settings
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.loop = asyncio.new_event_loop()
+        self.engine: Engine | None = None
+        self.app: Any = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._server: uvicorn.Server | None = None
+        self._thread = threading.Thread(target=self._main, name="live-service", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(start_timeout_s):
+            raise TimeoutError("the engine did not start in time")
+        if self._error is not None:
+            raise RuntimeError("the live service failed to start") from self._error
+
+    def _main(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        try:
+            self.loop.run_until_complete(self._serve())
+        except BaseException as exc:  # surfaced to the test session by __init__
+            self._error = exc
+            self._ready.set()
+
+    async def _serve(self) -> None:
+        async with default_engine(self.settings) as engine:
+            self.engine = engine
+            self.app = create_app(self.settings, engine=engine)
+            config = uvicorn.Config(
+                self.app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on"
+            )
+            self._server = uvicorn.Server(config)
+            serving = asyncio.create_task(self._server.serve())
+            while not self._server.started and not serving.done():
+                await asyncio.sleep(0.05)
+            self._ready.set()
+            await serving
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = 600) -> T:
+        """Run a coroutine on the engine's loop and wait for its result."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+        self._thread.join(timeout=120)
+
+
+class ForwardingEngine:
+    """The live engine, callable from any event loop."""
+
+    def __init__(self, live: LiveService) -> None:
+        assert live.engine is not None
+        self._inner = live.engine
+        self._loop = live.loop
+
+    @property
+    def model_name(self) -> str:
+        return self._inner.model_name
+
+    @property
+    def max_model_len(self) -> int:
+        return self._inner.max_model_len
+
+    def render_chat(self, messages: Sequence[dict[str, str]]) -> Prompt:
+        return self._inner.render_chat(messages)
+
+    async def generate(self, prompt: Prompt, spec: SamplingSpec, request_id: str) -> GenerationResult:
+        return await self._forward(self._inner.generate(prompt, spec, request_id))
+
+    async def check_health(self) -> None:
+        await self._forward(self._inner.check_health())
+
+    async def _forward(self, coro: Coroutine[Any, Any, T]) -> T:
+        fut: concurrent.futures.Future[T] = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            return await asyncio.wrap_future(fut)
+        except asyncio.CancelledError:
+            fut.cancel()  # cancels the task on the engine loop, which aborts the request
+            raise
+
+
+@pytest.fixture(scope="session")
+def live() -> Iterator[LiveService]:
+    service = LiveService(e2e_settings())
+    try:
+        yield service
+    finally:
+        service.stop()
+
+
+@pytest.fixture(scope="session")
+def engine(live: LiveService) -> ForwardingEngine:
+    return ForwardingEngine(live)
+
+
+@pytest.fixture
+def client(live: LiveService) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=live.url, timeout=300) as c:
+        yield c
+
+
+@contextlib.contextmanager
+def separate_service(**overrides: Any) -> Iterator[LiveService]:
+    """A second service with its own engine, for tests that must break or reconfigure it."""
+    service = LiveService(e2e_settings(kv_cache_gib=1.0, **overrides))
+    try:
+        yield service
+    finally:
+        service.stop()
