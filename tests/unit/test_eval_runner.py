@@ -1,0 +1,229 @@
+"""The plan, the backends, the append-only results file and resuming, with a scripted engine."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import Counter
+
+import httpx
+import pytest
+
+from reflectrm.evaluation import records
+from reflectrm.evaluation.benchmarks import JUDGEBENCH, RMB, Pair
+from reflectrm.evaluation.runner import (
+    MODES,
+    EngineBackend,
+    HttpBackend,
+    TransientError,
+    mode_label,
+    pending,
+    plan,
+    primary_position,
+    run_units,
+    stable_int,
+)
+from reflectrm.judging.judge import Judge, JudgeConfig
+from reflectrm.judging.types import Message
+from tests.conftest import ScriptedEngine, judgment
+
+
+def make_pairs(n: int, benchmark: str = RMB) -> list[Pair]:
+    meta = {"goal": "Helpfulness", "subset": "Helpfulness/Chat"} if benchmark == RMB else {}
+    return [
+        Pair(benchmark, f"p{i}", (Message("user", f"question {i}"),), f"good {i}", f"bad {i}", meta)
+        for i in range(n)
+    ]
+
+
+def scripted_engine(**kw) -> ScriptedEngine:
+    """Position-biased: most samples say Response 1, whatever the responses are."""
+    verdicts = [1, 1, 2, 1, 2, 1, 1, 2]
+    stage1 = [judgment(v, f"a{i}", (-0.01,) * 9 + (-1.0 - i / 10,)) for i, v in enumerate(verdicts)]
+    return ScriptedEngine(stage1=stage1, **kw)
+
+
+# --- plan -----------------------------------------------------------------------------------
+
+
+def test_plan_covers_pairs_orders_and_modes_with_shared_seeds():
+    pairs = make_pairs(40)
+    units = plan(pairs, list(MODES), both_orders=True, seed=0, num_candidates=8, max_tokens=64)
+    assert len(units) == 40 * 2 * 7
+    assert len({u.key for u in units}) == len(units)
+    # The seeded random order puts the chosen response first for some pairs and second for others.
+    firsts = Counter(primary_position(p, 0) for p in pairs)
+    assert firsts[1] > 5 and firsts[2] > 5
+    by_order: dict[tuple[str, int], set[int]] = {}
+    for u in units:
+        by_order.setdefault((u.pair.id, u.chosen_position), set()).add(u.seed)
+        assert u.responses[u.chosen_position - 1] == u.pair.chosen
+    # One judging seed per pair and order, shared by every mode (paired comparisons).
+    assert all(len(seeds) == 1 for seeds in by_order.values())
+    assert by_order[("p0", 1)] != by_order[("p0", 2)]
+    n = {u.mode.name: u.num_candidates for u in units}
+    assert n == {
+        "single": 1,
+        "vote": 8,
+        "vote_matched": 15,
+        "reflect": 8,
+        "random_anchor": 8,
+        "random_winners": 8,
+        "anchor_only": 8,
+    }
+    assert mode_label("vote_matched", 8) == "Majority vote @15 (matched compute)"
+    one = plan(pairs, ["reflect"], both_orders=False, seed=0, num_candidates=8, max_tokens=64)
+    assert all(u.primary for u in one) and len(one) == 40
+
+
+def test_stable_int_does_not_depend_on_the_process():
+    assert stable_int("order", 0, "rmb", "p1") == stable_int("order", 0, "rmb", "p1")
+    assert stable_int("order", 0, "rmb", "p1") != stable_int("order", 1, "rmb", "p1")
+    assert stable_int("x") == 0x2D711642  # the first 4 bytes of sha256(b"x"), not hash()
+
+
+# --- running and resuming -------------------------------------------------------------------
+
+
+def run(units, backend, path, concurrency=4):
+    async def go():
+        with records.Writer(path) as writer:
+            return await run_units(units, backend, writer, concurrency)
+
+    return asyncio.run(go())
+
+
+def test_run_appends_one_record_per_judgment_and_resumes(tmp_path):
+    path = tmp_path / "results.jsonl"
+    engine = scripted_engine()
+    backend = EngineBackend(Judge(engine, JudgeConfig()))
+    units = plan(make_pairs(3), ["single", "vote", "reflect"], True, 0, 8, 64)
+    first = run(units[:7], backend, path)
+    assert (first.judged, first.errors, first.retry_later) == (7, 0, 0)
+    # A kill mid-write leaves a partial line: it is skipped and the judgment redone.
+    with path.open("a") as f:
+        f.write('{"type": "result", "benchmark": "rmb", "pair_')
+    loaded = records.load(path)
+    assert len(loaded.records) == 7
+    todo = pending(units, (r.key for r in loaded.records))
+    assert len(todo) == len(units) - 7
+    second = run(todo, backend, path)
+    assert second.judged == len(units) - 7
+    loaded = records.load(path)
+    assert len(loaded.records) == len(units)
+    assert pending(units, (r.key for r in loaded.records)) == []
+    r = next(x for x in loaded.records if x.mode == "reflect")
+    assert r.status == "verdict" and r.winner == 1  # 5 of 8 samples say 1 (position bias)
+    assert r.outputs is not None and r.outputs >= 8 and r.parse_failures == 0
+    single = next(x for x in loaded.records if x.mode == "single")
+    assert (single.outputs, single.engine_requests, single.generated_tokens) == (1, 1, 10)
+
+
+def test_a_prompt_too_long_is_recorded_as_an_error(tmp_path):
+    path = tmp_path / "results.jsonl"
+    backend = EngineBackend(Judge(scripted_engine(max_model_len=50), JudgeConfig()))
+    units = plan(make_pairs(1), ["single"], False, 0, 8, 64)
+    summary = run(units, backend, path)
+    assert summary.errors == 1
+    (r,) = records.load(path).records
+    assert r.status == "error" and r.winner is None and r.error.startswith("prompt_too_long")
+
+
+def test_results_from_other_settings_are_refused(tmp_path):
+    path = tmp_path / "results.jsonl"
+    with records.Writer(path) as w:
+        w.write({"type": "run", "model": "m", "max_tokens": 64, "num_candidates": 8, "seed": 0})
+    loaded = records.load(path)
+    records.check_compatible(loaded, {"model": "m", "max_tokens": 64, "url": "x"}, path)
+    with pytest.raises(records.ResultsMismatchError, match="max_tokens: 64 in the file, 48 now"):
+        records.check_compatible(loaded, {"model": "m", "max_tokens": 48}, path)
+
+
+# --- the HTTP backend -----------------------------------------------------------------------
+
+SERVICE_OK = {
+    "winner": 2,
+    "scores": [0.25, 0.75],
+    "outcome": "verdict",
+    "usage": {"prompt_tokens": 300, "generated_tokens": 500, "engine_requests": 8},
+    "latency_ms": 1234.5,
+    "early_exit": False,
+    "parse_failures": 1,
+}
+
+
+def http_backend(handler) -> tuple[HttpBackend, httpx.AsyncClient]:
+    client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    return HttpBackend(client, "http://svc/", retries=2, backoff_s=0.0), client
+
+
+def test_http_backend_sends_the_contract_and_reads_the_answer():
+    seen: list[dict] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        assert request.url == "http://svc/v1/judge"
+        seen.append(json.loads(request.content))
+        return httpx.Response(200, json=SERVICE_OK)
+
+    backend, client = http_backend(handler)
+    pair = Pair(JUDGEBENCH, "j1", (Message("user", "q"),), "good", "bad", {"subset": "math"})
+    (unit,) = plan([pair], ["reflect"], False, 0, 8, 64)
+    out = asyncio.run(backend.judge(unit, "r1"))
+    asyncio.run(client.aclose())
+    body = seen[0]
+    assert body["prompt"] == "q" and "messages" not in body and "ablation" not in body
+    assert body["responses"] == list(unit.responses)
+    assert (body["mode"], body["num_candidates"], body["seed"], body["max_tokens"]) == (
+        "reflect",
+        8,
+        unit.seed,
+        64,
+    )
+    assert (out.status, out.winner, out.generated_tokens, out.latency_ms) == (
+        "verdict",
+        2,
+        500,
+        1234.5,
+    )
+    assert out.outputs == 8 + 7 and out.parse_failures == 1
+
+
+def test_http_backend_multi_turn_and_ablation_bodies():
+    conv = (Message("user", "a"), Message("assistant", "b"), Message("user", "c"))
+    pair = Pair(RMB, "m", conv, "x", "y", {"goal": "G", "subset": "G/s"})
+    (unit,) = plan([pair], ["anchor_only"], False, 0, 8, 64)
+    body = HttpBackend.body(unit)
+    assert body["messages"][1] == {"role": "assistant", "content": "b"}
+    assert body["ablation"] == "anchor_only" and "prompt" not in body
+
+
+def test_http_backend_retries_transient_and_records_permanent_failures():
+    calls = Counter()
+
+    def flaky(request: httpx.Request) -> httpx.Response:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            return httpx.Response(503, json={"detail": "loading"})
+        return httpx.Response(200, json=SERVICE_OK)
+
+    (unit,) = plan(make_pairs(1), ["single"], False, 0, 8, 64)
+    backend, _ = http_backend(flaky)
+    assert asyncio.run(backend.judge(unit, "r")).status == "verdict"
+    assert calls["n"] == 2
+
+    backend, _ = http_backend(lambda r: httpx.Response(413, json={"detail": "too long"}))
+    out = asyncio.run(backend.judge(unit, "r"))
+    assert (out.status, out.error) == ("error", "http_413: too long")
+
+    backend, _ = http_backend(lambda r: httpx.Response(504, json={"detail": "deadline"}))
+    with pytest.raises(TransientError, match="http_504"):
+        asyncio.run(backend.judge(unit, "r"))
+
+
+def test_transient_failures_are_not_recorded(tmp_path):
+    path = tmp_path / "results.jsonl"
+    backend, _ = http_backend(lambda r: httpx.Response(429, json={"detail": "busy"}))
+    units = plan(make_pairs(2), ["single"], False, 0, 8, 64)
+    summary = run(units, backend, path)
+    assert (summary.judged, summary.retry_later) == (0, 2)
+    assert records.load(path).records == ()
