@@ -13,7 +13,8 @@ from fastapi import FastAPI
 from reflectrm.api.routes import router
 from reflectrm.api.state import ServiceState
 from reflectrm.engines.base import Engine
-from reflectrm.judging.judge import Judge, JudgeConfig
+from reflectrm.instrumentation import MeteredJudge
+from reflectrm.judging.judge import JudgeConfig
 from reflectrm.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,7 @@ def create_app(
             log.exception("engine failed to start")
             state.unavailable = f"the engine failed to start: {exc}"
             return
-        state.judge = Judge(loaded, judge_config(settings))
+        state.judge = MeteredJudge(loaded, judge_config(settings), state.metrics)
         state.unavailable = None
 
     @contextlib.asynccontextmanager
@@ -70,13 +71,14 @@ def create_app(
         async with contextlib.AsyncExitStack() as stack:
             loader = None
             if engine is not None:
-                state.judge = Judge(engine, judge_config(settings))
+                state.judge = MeteredJudge(engine, judge_config(settings), state.metrics)
                 state.unavailable = None
             else:
                 loader = asyncio.create_task(load(stack))
             try:
                 yield
             finally:
+                await state.swap_checks.close()  # before the engine shuts down
                 if loader is not None and not loader.done():
                     loader.cancel()
                     with contextlib.suppress(asyncio.CancelledError):

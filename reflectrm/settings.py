@@ -99,3 +99,23 @@ class Settings(BaseSettings):
         True, description="Pass each request's seed to the engine so stage 1 is reproducible."
     )
     tensor_parallel_size: int = Field(1, ge=1, description="GPUs per model (GPU only).")
+
+    # --- online positional consistency (background swap checks) -------------------------------
+    swap_check_fraction: float = Field(
+        0.05,
+        ge=0,
+        le=1,
+        description="Fraction of answered judgments (with a verdict) judged again in the "
+        "background with the responses swapped, for the positional-consistency metric; every "
+        "1/fraction-th is taken. 0 turns it off.",
+    )
+    swap_check_max_pending: int = Field(
+        8, ge=0, description="Sampled checks that may wait for a slot; more are dropped."
+    )
+    swap_check_concurrency: int = Field(1, ge=1, description="Sampled checks running at once.")
+    swap_check_busy_in_flight: int = Field(
+        4,
+        ge=1,
+        description="Live judgments in flight at which sampled checks are not started and "
+        "running ones are cancelled, so live traffic goes first.",
+    )

@@ -11,9 +11,10 @@ from collections.abc import Awaitable
 from typing import TypeVar
 
 from fastapi import APIRouter, HTTPException, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
 from reflectrm.api import schemas
+from reflectrm.api.observe import observed
 from reflectrm.api.state import JudgeDep, StateDep
 from reflectrm.engines.base import EngineError
 from reflectrm.judging import types
@@ -25,6 +26,7 @@ from reflectrm.judging.judge import (
     unswap_winner,
 )
 from reflectrm.judging.prompts import TEMPLATE_VERSION
+from reflectrm.metrics import CONTENT_TYPE
 from reflectrm.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -54,6 +56,11 @@ async def ready(state: StateDep) -> JSONResponse:
     except EngineError as exc:
         return JSONResponse({"detail": str(exc)}, status_code=503)
     return JSONResponse({"status": "ready", "model": state.judge.engine.model_name})
+
+
+@router.get("/metrics", summary="Prometheus metrics: the judge's and the vLLM engine's")
+async def metrics(state: StateDep) -> Response:
+    return Response(state.metrics.render(), media_type=CONTENT_TYPE)
 
 
 def to_request(body: schemas.JudgeRequest, settings: Settings) -> types.JudgeRequest:
@@ -115,6 +122,7 @@ async def _judge(judge: Judge, request: types.JudgeRequest, request_id: str, che
     responses=ERRORS,
     summary="Judge which of two responses is better",
 )
+@observed
 async def judge_pair(
     body: schemas.JudgeRequest, request: Request, state: StateDep, judge: JudgeDep
 ) -> schemas.JudgeResponse:
@@ -163,6 +171,8 @@ async def judge_pair(
     if swap:
         failures += swap.stage1_parse_failures + swap.reflection_parse_failures
     winner = judgment.winner
+    if not body.check_swap:
+        state.swap_checks.offer(judge, internal, judgment, request_id)
     return schemas.JudgeResponse(
         winner=winner,  # type: ignore[arg-type]
         scores=judgment.scores,

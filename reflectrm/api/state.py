@@ -7,8 +7,10 @@ from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request
 
+from reflectrm.consistency import SwapCheckConfig, SwapChecker
 from reflectrm.engines.base import Engine
 from reflectrm.judging.judge import Judge
+from reflectrm.metrics import Metrics
 from reflectrm.settings import Settings
 
 
@@ -20,6 +22,18 @@ class ServiceState:
     unavailable: str | None = "the engine is loading; retry when GET /ready answers 200"
     in_flight: int = 0
     background: set[object] = field(default_factory=set)
+    metrics: Metrics = field(default_factory=Metrics)
+    swap_checks: SwapChecker = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.metrics.track_in_flight(lambda: self.in_flight)
+        config = SwapCheckConfig(
+            fraction=self.settings.swap_check_fraction,
+            max_pending=self.settings.swap_check_max_pending,
+            concurrency=self.settings.swap_check_concurrency,
+            busy_in_flight=self.settings.swap_check_busy_in_flight,
+        )
+        self.swap_checks = SwapChecker(config, self.metrics, live_load=lambda: self.in_flight)
 
     @property
     def engine(self) -> Engine | None:

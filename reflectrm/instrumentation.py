@@ -1,0 +1,65 @@
+"""The engine and the judge with their work recorded in the metrics, without touching either.
+
+``MeteredEngine`` sees every engine request (tokens and outputs by stage); ``MeteredJudge`` sees
+every judgment run (stage durations, early exits, parse failures, vote margins), whoever starts
+it: a request, its check_swap twin, or a sampled background swap check.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from reflectrm.engines.base import Engine, GenerationResult, Prompt, SamplingSpec
+from reflectrm.judging.judge import Judge, JudgeConfig
+from reflectrm.judging.types import Judgment
+from reflectrm.metrics import Metrics, stage_of
+
+if TYPE_CHECKING:
+    from reflectrm.judging.judge import _Prepared
+
+
+class MeteredEngine:
+    """An Engine that records each completed request in the metrics."""
+
+    def __init__(self, inner: Engine, metrics: Metrics) -> None:
+        self.inner = inner
+        self._metrics = metrics
+
+    @property
+    def model_name(self) -> str:
+        return self.inner.model_name
+
+    @property
+    def max_model_len(self) -> int:
+        return self.inner.max_model_len
+
+    def render_chat(self, messages: Sequence[dict[str, str]]) -> Prompt:
+        return self.inner.render_chat(messages)
+
+    async def generate(
+        self, prompt: Prompt, spec: SamplingSpec, request_id: str
+    ) -> GenerationResult:
+        result = await self.inner.generate(prompt, spec, request_id)
+        self._metrics.observe_engine_request(stage_of(request_id), result)
+        return result
+
+    async def check_health(self) -> None:
+        await self.inner.check_health()
+
+    def __getattr__(self, name: str) -> Any:
+        # Engine-specific extras (e.g. VLLMEngine.stats) stay reachable through the wrapper.
+        return getattr(self.inner, name)
+
+
+class MeteredJudge(Judge):
+    """A Judge on a MeteredEngine that records every run it completes."""
+
+    def __init__(self, engine: Engine, config: JudgeConfig, metrics: Metrics) -> None:
+        super().__init__(MeteredEngine(engine, metrics), config)
+        self.metrics = metrics
+
+    async def run(self, prepared: _Prepared, request_id: str) -> Judgment:
+        judgment = await super().run(prepared, request_id)
+        self.metrics.observe_run(judgment)
+        return judgment

@@ -1,0 +1,290 @@
+"""Every Prometheus metric of the service, in one place, and the /metrics exposition.
+
+Names carry the ``reflectrm_`` prefix and their unit; label values come from the fixed tuples
+below and every combination is created at zero, so each series exists from the first scrape.
+The vLLM engine's own ``vllm:`` metrics live in prometheus_client's default registry (vLLM's
+PrometheusStatLogger registers them there); ``render`` exposes both. docs/metrics.md is the table.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from typing import Literal
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+from reflectrm.engines.base import GenerationResult
+from reflectrm.judging.types import Judgment
+
+PREFIX = "reflectrm_"
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+MODES = ("reflect", "single", "vote")
+# How a judgment request ended: its judgment's outcome, or the HTTP error it got.
+REQUEST_OUTCOMES = (
+    "verdict",
+    "no_verdict",
+    "invalid",  # 422 raised by the route (a limit that depends on settings)
+    "too_long",  # 413
+    "rejected",  # 429, too many in flight
+    "disconnected",  # 499, the client went away
+    "unavailable",  # 503, the engine stopped
+    "timeout",  # 504
+    "error",  # anything unexpected (500)
+)
+RUN_OUTCOMES = ("verdict", "no_verdict")
+STAGES = ("rollouts", "reflections")
+SWAP_SOURCES = ("requested", "sampled")
+SWAP_RESULTS = ("consistent", "inconsistent", "no_verdict", "error")
+DROP_REASONS = ("queue_full", "busy", "preempted", "shutdown")
+
+Stage = Literal["rollouts", "reflections"]
+SwapSource = Literal["requested", "sampled"]
+SwapResult = Literal["consistent", "inconsistent", "no_verdict", "error"]
+DropReason = Literal["queue_full", "busy", "preempted", "shutdown"]
+
+# A judgment is 1 (single) to 15 (reflect: 8 rollouts + 7 reflections) generations of up to
+# max_tokens each: seconds on a GPU, up to minutes on a CPU; the top bucket is the default deadline.
+LATENCY_BUCKETS_S = (
+    0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0,
+    180.0, 300.0, 600.0, 900.0,
+)  # fmt: skip
+# |votes_1 - votes_2| / voters: 0 is a tie (broken by confidence), 1 is unanimous.
+MARGIN_BUCKETS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+
+_HTTP_OUTCOMES = {
+    413: "too_long",
+    422: "invalid",
+    429: "rejected",
+    499: "disconnected",
+    503: "unavailable",
+    504: "timeout",
+}
+
+
+def outcome_of_status(status: int) -> str:
+    return _HTTP_OUTCOMES.get(status, "error")
+
+
+def stage_of(request_id: str) -> Stage:
+    """The judging stage of an engine request, from the ids the Judge gives them
+    (``<id>-s1`` for the rollouts, ``<id>-r<candidate>`` for each reflection)."""
+    head, _, tail = request_id.rpartition("-")
+    if head and tail.startswith("r") and tail[1:].isdigit():
+        return "reflections"
+    return "rollouts"
+
+
+def vote_margin(judgment: Judgment) -> float:
+    ones, twos = judgment.votes
+    return abs(ones - twos) / (ones + twos) if ones + twos else 0.0
+
+
+class Metrics:
+    """The service's metrics, in a registry of their own (one per app, so tests can build many)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        # The *_created series double every counter and histogram and no panel reads them
+        # (process-wide: the engine's metrics lose theirs too).
+        disable_created_metrics()
+        self.registry = registry or CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.judgments = Counter(
+            f"{PREFIX}judgments_total",
+            "Judgment requests by mode and how they ended (a verdict, no verdict, or an error).",
+            ["mode", "outcome"],
+            registry=r,
+        )
+        self.judgment_duration = Histogram(
+            f"{PREFIX}judgment_duration_seconds",
+            "End-to-end latency of answered judgment requests (with check_swap: both orders).",
+            ["mode"],
+            buckets=LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        self.in_flight = Gauge(
+            f"{PREFIX}judgments_in_flight",
+            "Judgment requests being served now.",
+            registry=r,
+        )
+        self.runs = Counter(
+            f"{PREFIX}judgment_runs_total",
+            "Runs of the judging algorithm: each request's, the swapped order of check_swap "
+            "requests, and sampled background swap checks.",
+            ["mode", "outcome"],
+            registry=r,
+        )
+        self.stage_duration = Histogram(
+            f"{PREFIX}stage_duration_seconds",
+            "Wall time of a stage of a judgment run: rollouts (stage 1), reflections (stage 2, "
+            "observed only when it ran).",
+            ["stage"],
+            buckets=LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        self.early_exits = Counter(
+            f"{PREFIX}early_exits_total",
+            "Reflect-mode runs whose stage-1 verdicts were unanimous, so reflection was skipped.",
+            registry=r,
+        )
+        self.parse_failures = Counter(
+            f"{PREFIX}parse_failures_total",
+            "Generated outputs without a well-formed verdict, by stage.",
+            ["stage"],
+            registry=r,
+        )
+        self.vote_margin = Histogram(
+            f"{PREFIX}vote_margin_ratio",
+            "Margin of the final vote of runs with a verdict: |votes_1 - votes_2| / voters.",
+            ["mode"],
+            buckets=MARGIN_BUCKETS,
+            registry=r,
+        )
+        self.engine_requests = Counter(
+            f"{PREFIX}engine_requests_total",
+            "Completed engine requests (one per rollout batch of n samples, one per reflection).",
+            ["stage"],
+            registry=r,
+        )
+        self.outputs = Counter(
+            f"{PREFIX}generated_outputs_total",
+            "Generated outputs (samples), by stage: the denominator of the parse-failure rate.",
+            ["stage"],
+            registry=r,
+        )
+        self.generated_tokens = Counter(
+            f"{PREFIX}generated_tokens_total", "Generated tokens, by stage.", ["stage"], registry=r
+        )
+        self.prompt_tokens = Counter(
+            f"{PREFIX}prompt_tokens_total",
+            "Prompt tokens sent to the engine (once per engine request), by stage.",
+            ["stage"],
+            registry=r,
+        )
+        self.swap_checks = Counter(
+            f"{PREFIX}swap_checks_total",
+            "Positional-consistency checks (the pair judged again with the responses swapped): "
+            "requested with check_swap, or sampled in the background.",
+            ["source", "result"],
+            registry=r,
+        )
+        self.swap_checks_dropped = Counter(
+            f"{PREFIX}swap_checks_dropped_total",
+            "Sampled swap checks given up so live traffic goes first, by reason.",
+            ["reason"],
+            registry=r,
+        )
+        self.swap_checks_pending = Gauge(
+            f"{PREFIX}swap_checks_pending",
+            "Sampled swap checks waiting to run.",
+            registry=r,
+        )
+        self.swap_checks_running = Gauge(
+            f"{PREFIX}swap_checks_running",
+            "Sampled swap checks running now.",
+            registry=r,
+        )
+        self._create_series()
+
+    def _create_series(self) -> None:
+        for mode in MODES:
+            for outcome in REQUEST_OUTCOMES:
+                self.judgments.labels(mode, outcome)
+            for outcome in RUN_OUTCOMES:
+                self.runs.labels(mode, outcome)
+            self.judgment_duration.labels(mode)
+            self.vote_margin.labels(mode)
+        for stage in STAGES:
+            for family in (
+                self.stage_duration,
+                self.parse_failures,
+                self.engine_requests,
+                self.outputs,
+                self.generated_tokens,
+                self.prompt_tokens,
+            ):
+                family.labels(stage)
+        for source in SWAP_SOURCES:
+            for result in SWAP_RESULTS:
+                self.swap_checks.labels(source, result)
+        for reason in DROP_REASONS:
+            self.swap_checks_dropped.labels(reason)
+
+    # --- recording ------------------------------------------------------------------------------
+
+    def track_in_flight(self, read: Callable[[], int]) -> None:
+        self.in_flight.set_function(lambda: float(read()))
+
+    def track_swap_checks(self, pending: Callable[[], int], running: Callable[[], int]) -> None:
+        self.swap_checks_pending.set_function(lambda: float(pending()))
+        self.swap_checks_running.set_function(lambda: float(running()))
+
+    def observe_request(self, mode: str, outcome: str, seconds: float | None = None) -> None:
+        self.judgments.labels(mode, outcome).inc()
+        if seconds is not None:
+            self.judgment_duration.labels(mode).observe(seconds)
+
+    def observe_run(self, judgment: Judgment) -> None:
+        self.runs.labels(judgment.mode, judgment.outcome).inc()
+        self.stage_duration.labels("rollouts").observe(judgment.rollout_seconds)
+        if judgment.trace.reflections:
+            self.stage_duration.labels("reflections").observe(judgment.reflection_seconds)
+        if judgment.early_exit:
+            self.early_exits.inc()
+        self.parse_failures.labels("rollouts").inc(judgment.stage1_parse_failures)
+        self.parse_failures.labels("reflections").inc(judgment.reflection_parse_failures)
+        if judgment.outcome == "verdict":
+            self.vote_margin.labels(judgment.mode).observe(vote_margin(judgment))
+
+    def observe_engine_request(self, stage: Stage, result: GenerationResult) -> None:
+        self.engine_requests.labels(stage).inc()
+        self.outputs.labels(stage).inc(len(result.generations))
+        self.generated_tokens.labels(stage).inc(result.generated_tokens)
+        self.prompt_tokens.labels(stage).inc(result.prompt_tokens)
+
+    def observe_swap_check(self, source: SwapSource, result: SwapResult) -> None:
+        self.swap_checks.labels(source, result).inc()
+
+    def swap_check_dropped(self, reason: DropReason) -> None:
+        self.swap_checks_dropped.labels(reason).inc()
+
+    # --- exposition -----------------------------------------------------------------------------
+
+    def render(self) -> bytes:
+        """The judge's metrics followed by the engine's (and the process's) in text format."""
+        return generate_latest(_Union((self.registry, engine_registry())))
+
+
+def engine_registry() -> CollectorRegistry:
+    """Where vLLM's metrics are: the default registry, or in multiprocess mode (vLLM's own
+    convention, PROMETHEUS_MULTIPROC_DIR) the files every process writes."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        return registry
+    return REGISTRY
+
+
+class _Union:
+    """Several registries read as one, for a single exposition."""
+
+    def __init__(self, collectors: Iterable[Collector]) -> None:
+        self._collectors = tuple(collectors)
+
+    def collect(self) -> Iterable[Metric]:
+        for collector in self._collectors:
+            yield from collector.collect()
