@@ -174,7 +174,7 @@ async def judge_pair(
     if not body.check_swap:
         state.swap_checks.offer(judge, internal, judgment, request_id)
     return schemas.JudgeResponse(
-        winner=winner,  # type: ignore[arg-type]
+        winner=winner,
         scores=judgment.scores,
         outcome=judgment.outcome,
         mode=judgment.mode,
@@ -182,7 +182,7 @@ async def judge_pair(
         votes=judgment.votes,
         early_exit=judgment.early_exit,
         consistent=consistent(judgment, swap) if swap else None,
-        swapped_winner=unswap_winner(swap.winner) if swap else None,  # type: ignore[arg-type]
+        swapped_winner=unswap_winner(swap.winner) if swap else None,
         parse_failures=failures,
         usage=schemas.Usage(
             prompt_tokens=usage.prompt_tokens,

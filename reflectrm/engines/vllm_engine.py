@@ -9,7 +9,14 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from reflectrm.engines.base import EngineError, Generation, GenerationResult, Prompt, SamplingSpec
+from reflectrm.engines.base import (
+    EngineError,
+    FinishReason,
+    Generation,
+    GenerationResult,
+    Prompt,
+    SamplingSpec,
+)
 from reflectrm.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -131,7 +138,11 @@ def _generation(c: Any) -> Generation:
     if c.logprobs is not None:
         for token_id, entry in zip(c.token_ids, c.logprobs, strict=False):
             logprobs.append(float(entry[token_id].logprob))
-    finish = c.finish_reason if c.finish_reason in ("stop", "length") else "abort"
+    finish: FinishReason = "abort"
+    if c.finish_reason == "stop":
+        finish = "stop"
+    elif c.finish_reason == "length":
+        finish = "length"
     return Generation(text=c.text, token_logprobs=tuple(logprobs), finish_reason=finish)
 
 

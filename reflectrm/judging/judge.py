@@ -274,20 +274,15 @@ def _final(
         anchor_added = True
     if anchor_added:
         voters = tuple(sorted((*voters, anchor.index)))
-    return _result(
-        request,
-        candidates,
-        voters,
-        usage,
-        trace_extra={
-            "anchor": anchor.index,
-            "reflections": reflections,
-            "winner_group": tuple(sorted(winners)),
-            "anchor_added": anchor_added,
-        },
-        early_exit=False,
-        tie_break=anchor,
+    trace = Trace(
+        candidates=candidates,
+        anchor=anchor.index,
+        reflections=reflections,
+        winner_group=tuple(sorted(winners)),
+        voters=voters,
+        anchor_added=anchor_added,
     )
+    return _result(request, trace, usage, early_exit=False, tie_break=anchor)
 
 
 def _vote_all(
@@ -298,22 +293,16 @@ def _vote_all(
     early_exit: bool = False,
 ) -> Judgment:
     """Every parsed candidate votes; a tie goes to the most confident one (vote mode only)."""
-    voters = tuple(c.index for c in parsed)
-    return _result(
-        request, candidates, voters, usage, {}, early_exit, tie_break=choose_anchor(parsed)
-    )
+    trace = Trace(candidates=candidates, voters=tuple(c.index for c in parsed))
+    return _result(request, trace, usage, early_exit, tie_break=choose_anchor(parsed))
 
 
 def _result(
-    request: JudgeRequest,
-    candidates: tuple[Candidate, ...],
-    voters: tuple[int, ...],
-    usage: Usage,
-    trace_extra: dict[str, object],
-    early_exit: bool,
-    tie_break: Candidate,
+    request: JudgeRequest, trace: Trace, usage: Usage, early_exit: bool, tie_break: Candidate
 ) -> Judgment:
-    by_index = {c.index: c for c in candidates}
+    """Count the voters' response verdicts; a tie (vote mode only) goes to ``tie_break``."""
+    by_index = {c.index: c for c in trace.candidates}
+    voters = trace.voters
     verdicts = [_v(by_index[i]) for i in voters]
     votes = (sum(v == 1 for v in verdicts), sum(v == 2 for v in verdicts))
     winner = majority(verdicts) or _v(tie_break)
@@ -328,7 +317,7 @@ def _result(
         votes=votes,
         early_exit=early_exit,
         usage=usage,
-        trace=Trace(candidates=candidates, voters=voters, **trace_extra),  # type: ignore[arg-type]
+        trace=trace,
         seed=request.seed,
     )
 
