@@ -38,6 +38,8 @@ class SwapCheckConfig:
     busy_in_flight: int = 4
     # How often a running check looks at the live load.
     poll_s: float = 0.25
+    # A check still running after this long is abandoned, so a stuck one cannot hold its slot.
+    timeout_s: float = 900.0
 
 
 @dataclass(frozen=True)
@@ -122,12 +124,16 @@ class SwapChecker:
     async def _run(self, check: _Check) -> None:
         work = check.judge.judge(swapped(check.request), f"{check.request_id}-swapcheck")
         try:
-            swap = await self._yielding_to_live_traffic(work)
+            async with asyncio.timeout(self.config.timeout_s):
+                swap = await self._yielding_to_live_traffic(work)
         except _Preempted:
             self._metrics.swap_check_dropped("preempted")
         except asyncio.CancelledError:
             self._metrics.swap_check_dropped("shutdown")
             raise
+        except TimeoutError:
+            log.warning("background swap check of %s timed out", check.request_id)
+            self._metrics.observe_swap_check("sampled", "error")
         except Exception:  # a failed check must not take anything else down; it is counted
             log.exception("background swap check of %s failed", check.request_id)
             self._metrics.observe_swap_check("sampled", "error")

@@ -32,6 +32,7 @@ class ServiceState:
             max_pending=self.settings.swap_check_max_pending,
             concurrency=self.settings.swap_check_concurrency,
             busy_in_flight=self.settings.swap_check_busy_in_flight,
+            timeout_s=self.settings.request_timeout_s,
         )
         self.swap_checks = SwapChecker(config, self.metrics, live_load=lambda: self.in_flight)
 

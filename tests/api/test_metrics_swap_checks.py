@@ -193,6 +193,15 @@ async def test_a_failed_check_is_counted_as_error():
     assert swaps.running == 0
 
 
+async def test_a_stuck_check_times_out_and_frees_its_slot():
+    swaps, metrics, _ = checker(timeout_s=0.05)
+    judge = GatedJudge()
+    swaps.offer(judge, REQUEST, verdict(1), "r1")  # type: ignore[arg-type]
+    await settle()
+    assert judge.cancelled == 1 and swaps.running == 0
+    assert value(counts(metrics), "reflectrm_swap_checks_total", result="error") == 1
+
+
 async def test_no_verdict_judgments_are_not_sampled():
     swaps, _, _ = checker(fraction=0.5)
     judge = GatedJudge()

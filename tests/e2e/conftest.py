@@ -160,8 +160,29 @@ def client(live: LiveService) -> Iterator[httpx.Client]:
 @contextlib.contextmanager
 def separate_service(**overrides: Any) -> Iterator[LiveService]:
     """A second service with its own engine, for tests that must break or reconfigure it."""
-    service = LiveService(e2e_settings(kv_cache_gib=1.0, **overrides))
+    with keeping_engine_metrics():
+        service = LiveService(e2e_settings(kv_cache_gib=1.0, **overrides))
+        try:
+            yield service
+        finally:
+            service.stop()
+
+
+@contextlib.contextmanager
+def keeping_engine_metrics() -> Iterator[None]:
+    """A second engine in this process replaces the vllm:* metrics in prometheus_client's
+    registry (vLLM unregisters the previous ones); give the session engine's back afterwards."""
+    from prometheus_client import REGISTRY
+
+    def engine_collectors() -> list[Any]:
+        collectors = list(REGISTRY._collector_to_names)  # vLLM's own way to find them
+        return [c for c in collectors if str(getattr(c, "_name", "")).startswith("vllm:")]
+
+    saved = engine_collectors()
     try:
-        yield service
+        yield
     finally:
-        service.stop()
+        for collector in engine_collectors():
+            REGISTRY.unregister(collector)
+        for collector in saved:
+            REGISTRY.register(collector)
