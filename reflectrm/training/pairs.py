@@ -91,7 +91,7 @@ def load_pairs(source: str, split: str = "train", limit: int | None = None) -> l
         rows = read_jsonl(path)
     else:
         rows = _hub_rows(source, split)
-    pairs = []
+    pairs: list[Pair] = []
     for i, row in enumerate(rows):
         if limit is not None and len(pairs) >= limit:
             break

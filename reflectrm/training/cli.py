@@ -1,0 +1,259 @@
+"""``reflectrm train build-data | grpo | check``: the training job's command line.
+
+Wire it into the main CLI with ``add_parser(subparsers)``; the parsed namespace carries
+``func``, which takes the namespace and returns an exit code. ``main(argv)`` runs it standalone
+(``python -m reflectrm.training.cli ...``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from reflectrm.models import CheckpointError, resolve_model
+from reflectrm.training.config import load_settings, parse_overrides, typed
+from reflectrm.training.data import BuildConfig, build, rebuild
+from reflectrm.training.pairs import load_pairs
+
+log = logging.getLogger("reflectrm.training")
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``train`` with its three commands on an argparse subparsers object."""
+    train = subparsers.add_parser("train", help="build training data, train with GRPO, check")
+    commands = train.add_subparsers(dest="train_command", required=True)
+    _add_build(commands)
+    _add_grpo(commands)
+    _add_warmup(commands)
+    _add_check(commands)
+    return train
+
+
+def _add_build(commands: Any) -> None:
+    p = commands.add_parser(
+        "build-data",
+        help="judge pairs with the base model and build the preference + reflection mix",
+    )
+    p.add_argument(
+        "--data",
+        help="shared-schema JSONL(.gz) file or folder, or a hub dataset id "
+        "(nvidia/HelpSteer3 is converted)",
+    )
+    p.add_argument("--split", default="train", help="hub dataset split")
+    p.add_argument("--limit", type=int, help="read at most this many pairs")
+    p.add_argument("--out", required=True, type=Path, help="output folder")
+    p.add_argument("--model", default=None, help="base model (default: REFLECTRM_MODEL)")
+    p.add_argument("--samples", type=int, default=8, help="judgments per pair (paper: 8)")
+    p.add_argument("--max-tokens", type=int, default=1024, help="per judgment (paper: 1024)")
+    p.add_argument(
+        "--ratio", type=float, default=4.0, help="preference items per reflection item (paper: 4)"
+    )
+    p.add_argument(
+        "--no-reflection", action="store_true", help="preference items only (the RFT baseline)"
+    )
+    p.add_argument("--max-prompt-tokens", type=int, help="skip pairs with longer judging prompts")
+    p.add_argument(
+        "--holdout",
+        type=int,
+        default=0,
+        help="pairs set aside untouched in holdout.jsonl, to measure on",
+    )
+    p.add_argument(
+        "--no-enforce-format",
+        action="store_true",
+        help="let the base model write free text (default: format enforced)",
+    )
+    p.add_argument(
+        "--unparsed-is-incorrect",
+        action="store_true",
+        help="use unparseable judgments as the wrong analysis of reflection items",
+    )
+    p.add_argument("--concurrency", type=int, default=8, help="pairs judged at once")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--from-judgments",
+        type=Path,
+        help="select again from a judgments.jsonl instead of running the model",
+    )
+    p.set_defaults(func=run_build)
+
+
+def _add_grpo(commands: Any) -> None:
+    p = commands.add_parser("grpo", help="GRPO training, then export a servable checkpoint")
+    p.add_argument("--data", required=True, type=Path, help="train.jsonl written by build-data")
+    p.add_argument("--config", type=Path, help="YAML settings (default: the paper's values)")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override one setting, e.g. --set lora=true (repeatable)",
+    )
+    p.add_argument("--output-dir", help="shortcut for --set output_dir=...")
+    p.set_defaults(func=run_grpo)
+
+
+def _add_warmup(commands: Any) -> None:
+    p = commands.add_parser(
+        "warmup",
+        help="optional: supervised warm-up on the base model's own correct judgments (for small "
+        "models that never write the format; not in the paper)",
+    )
+    p.add_argument("--judgments", required=True, type=Path, help="judgments.jsonl of build-data")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a WarmupSettings field, e.g. --set epochs=2 (repeatable)",
+    )
+    p.add_argument("--output-dir", help="shortcut for --set output_dir=...")
+    p.set_defaults(func=run_warmup)
+
+
+def _add_check(commands: Any) -> None:
+    p = commands.add_parser(
+        "check", help="parseable-verdict rate and accuracy on held-out pairs (format not forced)"
+    )
+    p.add_argument("--model", required=True, help="'default', a checkpoint folder or a hub id")
+    p.add_argument("--pairs", required=True, help="shared-schema pairs, e.g. holdout.jsonl")
+    p.add_argument("--limit", type=int)
+    p.add_argument("--max-tokens", type=int, default=256)
+    p.add_argument("--enforce-format", action="store_true")
+    p.add_argument("--out", type=Path, help="write the results as JSON here")
+    p.add_argument(
+        "--record",
+        metavar="NAME",
+        help="also store the results in the checkpoint's manifest under this name",
+    )
+    p.set_defaults(func=run_check)
+
+
+def _build_config(args: argparse.Namespace) -> BuildConfig:
+    return BuildConfig(
+        samples_per_pair=args.samples,
+        max_tokens=args.max_tokens,
+        enforce_format=not args.no_enforce_format,
+        preference_per_reflection=None if args.no_reflection else args.ratio,
+        unparsed_is_incorrect=args.unparsed_is_incorrect,
+        max_prompt_tokens=args.max_prompt_tokens,
+        holdout_pairs=args.holdout,
+        seed=args.seed,
+        concurrency=args.concurrency,
+    )
+
+
+def _settings(model: str | None) -> Any:
+    from reflectrm.settings import Settings
+
+    return Settings(model=model) if model else Settings()
+
+
+def run_build(args: argparse.Namespace) -> int:
+    config = _build_config(args)
+    if args.from_judgments:
+        stats = rebuild(args.from_judgments, config, args.out)
+    else:
+        if not args.data:
+            raise SystemExit("build-data needs --data (or --from-judgments)")
+        pairs = load_pairs(args.data, args.split, args.limit)
+        settings = _settings(args.model)
+        config = BuildConfig(**{**config.__dict__, "template_version": settings.template_version})
+        stats = asyncio.run(_build_with_engine(settings, pairs, config, args.out))
+    print(json.dumps({k: v for k, v in stats.__dict__.items() if k != "extra"}, indent=2))
+    return 0
+
+
+async def _build_with_engine(settings: Any, pairs: Any, config: BuildConfig, out: Path) -> Any:
+    from reflectrm.engines.vllm_engine import vllm_engine
+
+    path = resolve_model(settings.model, settings.cache_dir, settings.template_version)
+    async with vllm_engine(settings, path) as engine:
+        return await build(engine, pairs, config, out)
+
+
+def run_grpo(args: argparse.Namespace) -> int:
+    from reflectrm.training.grpo import train
+
+    overrides = parse_overrides(args.overrides)
+    if args.output_dir:
+        overrides["output_dir"] = args.output_dir
+    cfg = load_settings(args.config, overrides)
+    folder = train(cfg, args.data)
+    print(folder)
+    return 0
+
+
+def run_warmup(args: argparse.Namespace) -> int:
+    import yaml
+
+    from reflectrm.training.warmup import WarmupSettings, warmup
+
+    known = {f.name for f in dataclasses.fields(WarmupSettings)}
+    overrides: dict[str, Any] = {}
+    for pair in args.overrides:
+        key, sep, value = pair.partition("=")
+        if not sep or key not in known:
+            raise ValueError(f"--set expects KEY=VALUE with KEY one of {sorted(known)}: {pair!r}")
+        overrides[key] = yaml.safe_load(value)
+    if args.output_dir:
+        overrides["output_dir"] = args.output_dir
+    print(warmup(WarmupSettings(**typed(WarmupSettings, overrides)), args.judgments))
+    return 0
+
+
+def run_check(args: argparse.Namespace) -> int:
+    from reflectrm.training.check import CheckConfig
+    from reflectrm.training.export import add_evaluation
+
+    settings = _settings(args.model)
+    pairs = load_pairs(args.pairs, limit=args.limit)
+    config = CheckConfig(
+        max_tokens=args.max_tokens,
+        enforce_format=args.enforce_format,
+        template_version=settings.template_version,
+    )
+    summary = asyncio.run(_check_with_engine(settings, pairs, config))
+    text = json.dumps(summary, indent=2)
+    print(text)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text + "\n")
+    if args.record:
+        add_evaluation(Path(args.model), args.record, summary)
+    return 0
+
+
+async def _check_with_engine(settings: Any, pairs: Any, config: Any) -> dict[str, object]:
+    from reflectrm.engines.vllm_engine import vllm_engine
+    from reflectrm.training.check import check
+
+    path = resolve_model(settings.model, settings.cache_dir, settings.template_version)
+    async with vllm_engine(settings, path) as engine:
+        result = await check(engine, pairs, config)
+    return {"model": settings.model, **result.summary()}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    parser = argparse.ArgumentParser(prog="reflectrm")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except (CheckpointError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

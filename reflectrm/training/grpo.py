@@ -1,0 +1,201 @@
+"""GRPO training with TRL's GRPOTrainer on the built data, then export for the service."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from reflectrm.judging.prompts import get_template
+from reflectrm.models import default_cache_dir, resolve_model
+from reflectrm.training.config import GRPOSettings
+from reflectrm.training.data import STATS_FILE, read_items
+from reflectrm.training.export import build_manifest, export_checkpoint, file_sha256
+from reflectrm.training.rewards import format_reward, verdict_reward
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_DIR = "checkpoint"
+METRICS_FILE = "metrics.jsonl"
+ITEM_COLUMNS = ("prompt", "label", "kind")
+
+
+def chat_kwargs(tokenizer: Any) -> dict[str, Any]:
+    """The service's rendering: thinking off where the chat template knows the switch."""
+    template = getattr(tokenizer, "chat_template", None) or ""
+    return {"enable_thinking": False} if "enable_thinking" in template else {}
+
+
+def check_items(items: list[dict[str, Any]], template_version: str) -> None:
+    get_template(template_version)
+    if not items:
+        raise ValueError("the training data has no items")
+    versions = {item.get("template_version") for item in items}
+    if versions != {template_version}:
+        raise ValueError(
+            f"the data was built with template version(s) {sorted(map(str, versions))} but the "
+            f"job trains for {template_version!r}; rebuild the data or set template_version"
+        )
+
+
+def prompt_lengths(items: list[dict[str, Any]], tokenizer: Any) -> list[int]:
+    kwargs = chat_kwargs(tokenizer)
+    texts = [
+        tokenizer.apply_chat_template(
+            i["prompt"], tokenize=False, add_generation_prompt=True, **kwargs
+        )
+        for i in items
+    ]
+    return [len(tokenizer.encode(t, add_special_tokens=False)) for t in texts]
+
+
+def trl_config(cfg: GRPOSettings, gpu: bool, out: Path, chat: dict[str, Any]) -> Any:
+    from trl import GRPOConfig
+
+    use_vllm = cfg.wants_vllm(gpu)
+    bf16 = cfg.dtype == "bfloat16" or (cfg.dtype == "auto" and gpu)
+    weights = [1.0] + ([cfg.format_reward_weight] if cfg.format_reward_weight else [])
+    return GRPOConfig(
+        output_dir=str(out / "trainer"),
+        num_train_epochs=cfg.epochs,
+        max_steps=cfg.max_steps if cfg.max_steps is not None else -1,
+        per_device_train_batch_size=cfg.micro_batch,
+        gradient_accumulation_steps=cfg.accumulation_steps(),
+        num_generations=cfg.group_size,
+        learning_rate=cfg.learning_rate,
+        max_completion_length=cfg.max_completion_length,
+        temperature=cfg.temperature,
+        beta=cfg.kl_beta,
+        reward_weights=weights,
+        seed=cfg.seed,
+        bf16=bf16,
+        use_cpu=not gpu,
+        gradient_checkpointing=cfg.gradient_checkpointing,
+        use_vllm=use_vllm,
+        vllm_mode="colocate",
+        vllm_gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
+        chat_template_kwargs=chat or None,
+        logging_steps=cfg.logging_steps,
+        report_to=cfg.report_to,
+        save_strategy="steps" if cfg.save_steps else "no",
+        save_steps=cfg.save_steps or 500,
+        log_completions=False,
+    )
+
+
+def _metrics_callback(path: Path) -> Any:
+    from transformers import TrainerCallback
+
+    class WriteMetrics(TrainerCallback):
+        """Every logged step to a JSONL file, whatever ``report_to`` says."""
+
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **_: Any) -> None:
+            if logs:
+                row = {"step": state.global_step, "time": round(time.time(), 1), **logs}
+                with path.open("a") as f:
+                    f.write(json.dumps(row) + "\n")
+                log.info("step %d/%d %s", state.global_step, state.max_steps, _brief(logs))
+
+    return WriteMetrics()
+
+
+def _brief(logs: dict[str, Any]) -> str:
+    keys = ("loss", "reward", "reward_std", "completions/mean_length", "kl", "step_time")
+    return " ".join(f"{k}={logs[k]:.4g}" for k in keys if isinstance(logs.get(k), int | float))
+
+
+def train(cfg: GRPOSettings, data: Path, cache_dir: Path | None = None) -> Path:
+    """Train on ``data`` (train.jsonl from build-data) and export to ``<output_dir>/checkpoint``."""
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out = Path(cfg.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    items = read_items(data)
+    check_items(items, cfg.template_version)
+    base = resolve_model(cfg.model, cache_dir or default_cache_dir(), cfg.template_version)
+    gpu = torch.cuda.is_available()
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    chat = chat_kwargs(tokenizer)
+    dropped = 0
+    if cfg.max_prompt_tokens is not None:
+        lengths = prompt_lengths(items, tokenizer)
+        kept = [i for i, n in zip(items, lengths, strict=True) if n <= cfg.max_prompt_tokens]
+        dropped, items = len(items) - len(kept), kept
+        check_items(items, cfg.template_version)
+    dtype = torch.bfloat16 if (cfg.dtype == "auto" and gpu) else _dtype(cfg.dtype, torch)
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=dtype)
+    dataset = Dataset.from_list([{k: i[k] for k in ITEM_COLUMNS} for i in items])
+    rewards: list[Any] = [verdict_reward]
+    if cfg.format_reward_weight:
+        rewards.append(format_reward)
+    from trl import GRPOTrainer
+
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=rewards,
+        args=trl_config(cfg, gpu, out, chat),
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        peft_config=_lora(cfg),
+        callbacks=[_metrics_callback(out / METRICS_FILE)],
+    )
+    log.info(
+        "training on %d items (%d dropped as too long), gpu=%s, vllm=%s, lora=%s",
+        len(items),
+        dropped,
+        gpu,
+        cfg.wants_vllm(gpu),
+        cfg.lora,
+    )
+    started = time.monotonic()
+    result = trainer.train()
+    stats_file = data.parent / STATS_FILE
+    manifest = build_manifest(
+        template_version=cfg.template_version,
+        base_model=cfg.model if cfg.model == base else f"{cfg.model} ({base})",
+        data={
+            "path": str(data),
+            "sha256": file_sha256(data),
+            "items": len(items),
+            "dropped_too_long": dropped,
+            "kinds": {k: sum(i["kind"] == k for i in items) for k in ("preference", "reflection")},
+            "statistics": json.loads(stats_file.read_text()) if stats_file.is_file() else None,
+        },
+        config=dataclasses.asdict(cfg),
+        training={
+            "steps": trainer.state.global_step,
+            "seconds": round(time.monotonic() - started, 1),
+            "metrics": result.metrics,
+            "device": "cuda" if gpu else "cpu",
+        },
+    )
+    folder = export_checkpoint(trainer.model, tokenizer, out / CHECKPOINT_DIR, manifest)
+    log.info("checkpoint exported to %s", folder)
+    return folder
+
+
+def _dtype(name: str, torch: Any) -> Any:
+    if name in ("auto", "float32"):
+        return torch.float32
+    return getattr(torch, name)
+
+
+def _lora(cfg: GRPOSettings) -> Any:
+    if not cfg.lora:
+        return None
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=cfg.lora_r,
+        lora_alpha=cfg.lora_alpha,
+        lora_dropout=cfg.lora_dropout,
+        target_modules="all-linear",
+        task_type="CAUSAL_LM",
+    )
