@@ -251,13 +251,13 @@ def build(
 ) -> dict[str, Any]:
     records = list(loaded.records)
     by_mode = pair_results(records)
-    runs = [r for r in loaded.runs if r.get("type") == "run"]
-    settings = fingerprint(runs[0]) if runs else {}
+    starts = [r for r in loaded.runs if r.get("type") == "run"]
+    settings = fingerprint(starts[0]) if starts else {}
     n = settings.get("num_candidates") or 8
     report: dict[str, Any] = {
         "results_file": str(results_path),
         "settings": settings,
-        "runs": runs,
+        "runs": list(loaded.runs),
         "judgments": len(records),
         "benchmarks": _benchmarks_in(by_mode),
         "modes": {m: mode_label(m, n) if m in MODES else m for m in _modes_in(by_mode)},
