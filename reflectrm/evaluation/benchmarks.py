@@ -243,15 +243,18 @@ def sample(pairs: Sequence[Pair], limit: int | None, seed: int) -> tuple[Pair, .
     """``limit`` pairs drawn without replacement, the same ones for the same seed, in file order.
 
     The draw is seeded by the seed and the benchmark name (``random.Random`` with a string seed
-    is stable across Python versions), so one seed gives independent samples per benchmark.
+    is stable across Python versions), so one seed gives independent samples per benchmark. It
+    takes a prefix of one seeded shuffle, so samples nest: a larger ``limit`` keeps every pair
+    of a smaller one, and a finished small run can be extended by resuming with a larger limit.
     """
     if limit is None or limit >= len(pairs):
         return tuple(pairs)
     if limit < 0:
         raise ValueError("limit must be >= 0")
     benchmark = pairs[0].benchmark if pairs else ""
-    chosen = sorted(random.Random(f"{seed}:{benchmark}").sample(range(len(pairs)), limit))
-    return tuple(pairs[i] for i in chosen)
+    order = list(range(len(pairs)))
+    random.Random(f"{seed}:{benchmark}").shuffle(order)
+    return tuple(pairs[i] for i in sorted(order[:limit]))
 
 
 def interleave(groups: Iterable[Sequence[Pair]]) -> list[Pair]:

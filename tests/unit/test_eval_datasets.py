@@ -225,6 +225,7 @@ def test_sample_is_deterministic_in_file_order_and_per_benchmark():
     assert a == b and len(a) == 10
     assert [pairs.index(p) for p in a] == sorted(pairs.index(p) for p in a)
     assert sample(pairs, 10, seed=4) != a
+    assert {p.id for p in a} < {p.id for p in sample(pairs, 30, seed=3)}  # samples nest
     assert sample(pairs, None, seed=3) == pairs
     assert sample(pairs, 1000, seed=3) == pairs
     # The same seed gives independent draws for another benchmark of the same size.
