@@ -53,6 +53,8 @@ class ScriptedEngine:
     model_name: str = "scripted"
     delay_s: float = 0.0
     dead: bool = False
+    # Die (as a crashed engine would) once this many requests have been served.
+    dies_after: int | None = None
     calls: list[tuple[str, SamplingSpec]] = field(default_factory=list)
     aborted: int = 0
 
@@ -63,6 +65,8 @@ class ScriptedEngine:
     async def generate(
         self, prompt: Prompt, spec: SamplingSpec, request_id: str
     ) -> GenerationResult:
+        if self.dies_after is not None and len(self.calls) >= self.dies_after:
+            self.dead = True
         if self.dead:
             raise EngineError("the vLLM engine has stopped; restart the service")
         self.calls.append((prompt.text, spec))

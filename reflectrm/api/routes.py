@@ -22,6 +22,7 @@ from reflectrm.judging.judge import (
     Judge,
     PromptTooLongError,
     consistent,
+    gather_all,
     swapped,
     unswap_winner,
 )
@@ -109,10 +110,10 @@ async def _judge(judge: Judge, request: types.JudgeRequest, request_id: str, che
     if not check_swap:
         return await judge.run(prepared, request_id), None
     prepared_swap = await asyncio.to_thread(judge.prepare, swapped(request))
-    async with asyncio.TaskGroup() as group:
-        first = group.create_task(judge.run(prepared, request_id))
-        second = group.create_task(judge.run(prepared_swap, f"{request_id}-swap"))
-    return first.result(), second.result()
+    first, second = await gather_all(
+        [judge.run(prepared, request_id), judge.run(prepared_swap, f"{request_id}-swap")]
+    )
+    return first, second
 
 
 @router.post(

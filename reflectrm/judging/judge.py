@@ -10,8 +10,9 @@ import asyncio
 import dataclasses
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from reflectrm.engines.base import Engine, Generation, Prompt, SamplingSpec
 from reflectrm.judging.confidence import bottom_fraction_confidence
@@ -37,6 +38,7 @@ from reflectrm.judging.types import (
 # Tokens kept free for the closing tags and the verdict sentence when the analysis is bounded.
 VERDICT_RESERVE_TOKENS = 24
 STOP = ("</Result>",)
+T = TypeVar("T")
 REFLECTION_MARGIN_TOKENS = 16
 
 
@@ -205,15 +207,15 @@ class Judge:
             lambda: [render(c, p) for c, p in zip(others, positions, strict=True)]
         )
         # All reflections go to the engine at once so it batches them; cancelling aborts them all.
-        async with asyncio.TaskGroup() as group:
-            tasks = [
-                group.create_task(self.engine.generate(p, spec, f"{request_id}-r{c.index}"))
+        outputs = await gather_all(
+            [
+                self.engine.generate(p, spec, f"{request_id}-r{c.index}")
                 for p, c in zip(prompts, others, strict=True)
             ]
+        )
         usage = Usage()
         reflections = []
-        for cand, pos, task in zip(others, positions, tasks, strict=True):
-            out = task.result()
+        for cand, pos, out in zip(others, positions, outputs, strict=True):
             usage = usage + Usage(out.prompt_tokens, out.generated_tokens, 1)
             g = out.generations[0]
             p = parse_output(g.text, "Critique", truncated=g.finish_reason == "length")
@@ -229,6 +231,17 @@ class Judge:
                 )
             )
         return tuple(reflections), usage
+
+
+async def gather_all(awaitables: Sequence[Coroutine[Any, Any, T]]) -> list[T]:
+    """Run concurrently. The first failure cancels the others and is raised as itself, not
+    wrapped in an ExceptionGroup, so callers can map it (e.g. a dead engine to 503)."""
+    try:
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(a) for a in awaitables]
+    except BaseExceptionGroup as group_error:
+        raise group_error.exceptions[0] from None
+    return [t.result() for t in tasks]
 
 
 def choose_anchor(parsed: Sequence[Candidate]) -> Candidate:

@@ -150,6 +150,14 @@ def test_dead_engine_is_503_and_not_ready():
         assert c.get("/health").status_code == 200
 
 
+@pytest.mark.parametrize("extra", [{}, {"check_swap": True}])
+def test_engine_dying_mid_judgment_is_503_not_500(extra):
+    # Stage 1 succeeds, then the engine dies while the 7 reflections are in flight.
+    with client_for(mixed_engine(dies_after=1)) as c:
+        r = c.post("/v1/judge", json={**GOOD, **extra})
+    assert r.status_code == 503 and "restart" in r.json()["detail"]
+
+
 def test_loading_and_failed_engine_are_503():
     @contextlib.asynccontextmanager
     async def broken(settings) -> AsyncIterator[ScriptedEngine]:
