@@ -94,7 +94,9 @@ def schema() -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("env", ["defaults", "env.example"])
-@pytest.mark.parametrize("path", [COMPOSE, ROOT_COMPOSE], ids=["deploy", "root"])
+@pytest.mark.parametrize(
+    "path", [ROOT_COMPOSE, *sorted(DEPLOY.glob("compose*.yaml"))], ids=lambda p: p.name
+)
 def test_compose_files_match_the_compose_spec(schema: dict[str, Any], path: Path, env: str):
     values = {} if env == "defaults" else env_example()
     jsonschema.validate(load_compose(path, values), schema)
@@ -190,10 +192,13 @@ def test_prometheus_config_is_valid():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_dockerfile_passes_hadolint():
+@pytest.mark.parametrize(
+    "dockerfile", [DOCKERFILE, *sorted(DEPLOY.glob("*Dockerfile"))], ids=lambda p: p.name
+)
+def test_dockerfiles_pass_hadolint(dockerfile: Path):
     hadolint = tool("hadolint")
     result = subprocess.run(
-        [hadolint, "--no-color", str(DOCKERFILE)], capture_output=True, text=True, cwd=ROOT
+        [hadolint, "--no-color", str(dockerfile)], capture_output=True, text=True, cwd=ROOT
     )
     assert result.returncode == 0, result.stdout + result.stderr
 
