@@ -116,6 +116,19 @@ def test_cli_judge_against_the_service(live):
     assert body["mode"] == "single" and body["winner"] in (1, 2, None)
 
 
+def test_client_disconnect_aborts_the_engine_requests(live):
+    unfinished = live.engine._llm.output_processor.get_num_unfinished_requests
+    assert unfinished() == 0
+    body = {**PAIR, "max_tokens": 1024, "seed": 1}
+    with pytest.raises(httpx.ReadTimeout):
+        # The client gives up after 3 s, long before a 1024-token judgment could finish.
+        httpx.post(f"{live.url}/v1/judge", json=body, timeout=httpx.Timeout(3.0))
+    deadline = time.monotonic() + 15
+    while unfinished() > 0:
+        assert time.monotonic() < deadline, "engine requests kept running after the disconnect"
+        time.sleep(0.2)
+
+
 def test_dead_engine_fails_readiness_and_requests_get_503():
     with separate_service() as service, httpx.Client(base_url=service.url, timeout=60) as c:
         assert c.get("/ready").status_code == 200
