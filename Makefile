@@ -31,4 +31,4 @@ train: setup
 	$(BIN)/reflectrm train $(ARGS)
 
 up:
-	docker compose -f deploy/compose.yaml up -d
+	docker compose up -d

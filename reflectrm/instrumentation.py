@@ -8,15 +8,12 @@ it: a request, its check_swap twin, or a sampled background swap check.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from reflectrm.engines.base import Engine, GenerationResult, Prompt, SamplingSpec
-from reflectrm.judging.judge import Judge, JudgeConfig
+from reflectrm.judging.judge import Judge, JudgeConfig, PreparedJudgment, stage_of
 from reflectrm.judging.types import Judgment
-from reflectrm.metrics import Metrics, stage_of
-
-if TYPE_CHECKING:
-    from reflectrm.judging.judge import _Prepared
+from reflectrm.metrics import Metrics
 
 
 class MeteredEngine:
@@ -59,7 +56,7 @@ class MeteredJudge(Judge):
         super().__init__(MeteredEngine(engine, metrics), config)
         self.metrics = metrics
 
-    async def run(self, prepared: _Prepared, request_id: str) -> Judgment:
+    async def run(self, prepared: PreparedJudgment, request_id: str) -> Judgment:
         judgment = await super().run(prepared, request_id)
         self.metrics.observe_run(judgment)
         return judgment

@@ -26,6 +26,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from reflectrm.engines.base import GenerationResult
+from reflectrm.judging.judge import Stage
 from reflectrm.judging.types import Judgment
 
 PREFIX = "reflectrm_"
@@ -50,7 +51,6 @@ SWAP_SOURCES = ("requested", "sampled")
 SWAP_RESULTS = ("consistent", "inconsistent", "no_verdict", "error")
 DROP_REASONS = ("queue_full", "busy", "preempted", "shutdown")
 
-Stage = Literal["rollouts", "reflections"]
 SwapSource = Literal["requested", "sampled"]
 SwapResult = Literal["consistent", "inconsistent", "no_verdict", "error"]
 DropReason = Literal["queue_full", "busy", "preempted", "shutdown"]
@@ -76,15 +76,6 @@ _HTTP_OUTCOMES = {
 
 def outcome_of_status(status: int) -> str:
     return _HTTP_OUTCOMES.get(status, "error")
-
-
-def stage_of(request_id: str) -> Stage:
-    """The judging stage of an engine request, from the ids the Judge gives them
-    (``<id>-s1`` for the rollouts, ``<id>-r<candidate>`` for each reflection)."""
-    head, _, tail = request_id.rpartition("-")
-    if head and tail.startswith("r") and tail[1:].isdigit():
-        return "reflections"
-    return "rollouts"
 
 
 def vote_margin(judgment: Judgment) -> float:

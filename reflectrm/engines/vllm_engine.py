@@ -40,7 +40,8 @@ def engine_args(settings: Settings, model_path: str) -> Any:
         dtype = "float32"  # bf16 runs ~5x slower on CPUs without bf16 matmul
     kwargs: dict[str, Any] = {
         "model": model_path,
-        "served_model_name": settings.served_model_name,
+        # The name responses report, also the `model_name` label of the engine's vllm: metrics.
+        "served_model_name": settings.served_model_name or _name_of(model_path),
         "dtype": dtype,
         "max_model_len": settings.max_model_len,
         "enable_prefix_caching": settings.enable_prefix_caching,

@@ -12,7 +12,7 @@ import random
 import time
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from reflectrm.engines.base import Engine, Generation, Prompt, SamplingSpec
 from reflectrm.judging.confidence import bottom_fraction_confidence
@@ -65,7 +65,9 @@ class JudgeConfig:
 
 
 @dataclass(frozen=True)
-class _Prepared:
+class PreparedJudgment:
+    """A request whose stage-1 prompt is rendered and whose prompts all fit the context."""
+
     request: JudgeRequest
     prompt: Prompt
 
@@ -90,7 +92,7 @@ class Judge:
 
     # --- preparation (cheap, synchronous: run it in a thread for long inputs) -----------------
 
-    def prepare(self, request: JudgeRequest) -> _Prepared:
+    def prepare(self, request: JudgeRequest) -> PreparedJudgment:
         """Render the stage-1 prompt and check every prompt of the judgment fits the context."""
         r1, r2 = request.responses
         prompt = self.engine.render_chat(
@@ -105,7 +107,7 @@ class Judge:
             needed = prompt.num_tokens + self._reflection_extra_tokens + 3 * request.max_tokens
             if needed > limit:
                 raise PromptTooLongError(needed, limit, "a reflection prompt (with two critiques)")
-        return _Prepared(request, prompt)
+        return PreparedJudgment(request, prompt)
 
     def _regex(self, verdicts: tuple[str, str], max_tokens: int) -> str | None:
         if not self.config.enforce_format:
@@ -121,7 +123,7 @@ class Judge:
         prepared = await asyncio.to_thread(self.prepare, request)
         return await self.run(prepared, request_id)
 
-    async def run(self, prepared: _Prepared, request_id: str) -> Judgment:
+    async def run(self, prepared: PreparedJudgment, request_id: str) -> Judgment:
         request = prepared.request
         single = request.mode == "single"
         spec = SamplingSpec(
@@ -133,7 +135,7 @@ class Judge:
             stop=STOP,
         )
         started = time.monotonic()
-        result = await self.engine.generate(prepared.prompt, spec, f"{request_id}-s1")
+        result = await self.engine.generate(prepared.prompt, spec, rollout_request_id(request_id))
         rollout_seconds = time.monotonic() - started
         usage = Usage(result.prompt_tokens, result.generated_tokens, 1)
         candidates = tuple(_candidate(i, g) for i, g in enumerate(result.generations))
@@ -209,7 +211,7 @@ class Judge:
         # All reflections go to the engine at once so it batches them; cancelling aborts them all.
         outputs = await gather_all(
             [
-                self.engine.generate(p, spec, f"{request_id}-r{c.index}")
+                self.engine.generate(p, spec, reflection_request_id(request_id, c.index))
                 for p, c in zip(prompts, others, strict=True)
             ]
         )
@@ -231,6 +233,25 @@ class Judge:
                 )
             )
         return tuple(reflections), usage
+
+
+Stage = Literal["rollouts", "reflections"]
+
+
+def rollout_request_id(request_id: str) -> str:
+    return f"{request_id}-s1"
+
+
+def reflection_request_id(request_id: str, candidate: int) -> str:
+    return f"{request_id}-r{candidate}"
+
+
+def stage_of(engine_request_id: str) -> Stage:
+    """The stage an engine request belongs to, from the ids this module gives them."""
+    head, _, tail = engine_request_id.rpartition("-")
+    if head and tail.startswith("r") and tail[1:].isdigit():
+        return "reflections"
+    return "rollouts"
 
 
 async def gather_all(awaitables: Sequence[Coroutine[Any, Any, T]]) -> list[T]:
