@@ -189,6 +189,7 @@ async def judge_pair(
             prompt_tokens=usage.prompt_tokens,
             generated_tokens=usage.generated_tokens,
             engine_requests=usage.engine_requests,
+            cached_prompt_tokens=usage.cached_prompt_tokens,
         ),
         latency_ms=round(latency_ms, 1),
         model=judge.engine.model_name,

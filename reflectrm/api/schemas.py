@@ -93,6 +93,9 @@ class Usage(BaseModel):
     prompt_tokens: int = Field(description="Prompt tokens prefilled (once per engine request).")
     generated_tokens: int
     engine_requests: int
+    cached_prompt_tokens: int = Field(
+        0, description="Of prompt_tokens, those served from the engine's prefix cache."
+    )
 
 
 class CandidateTrace(BaseModel):

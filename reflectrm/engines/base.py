@@ -55,6 +55,8 @@ class Generation:
 class GenerationResult:
     generations: tuple[Generation, ...]
     prompt_tokens: int
+    # Prompt tokens whose KV cache the engine reused from an earlier request (prefix caching).
+    cached_prompt_tokens: int = 0
 
     @property
     def generated_tokens(self) -> int:

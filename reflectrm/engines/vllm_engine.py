@@ -123,7 +123,11 @@ class VLLMEngine:
         if final is None:
             raise EngineError(f"the engine returned nothing for request {request_id}")
         generations = tuple(_generation(c) for c in sorted(final.outputs, key=lambda c: c.index))
-        return GenerationResult(generations=generations, prompt_tokens=len(prompt.token_ids))
+        return GenerationResult(
+            generations=generations,
+            prompt_tokens=len(prompt.token_ids),
+            cached_prompt_tokens=int(getattr(final, "num_cached_tokens", 0) or 0),
+        )
 
     async def check_health(self) -> None:
         if self._llm.errored:

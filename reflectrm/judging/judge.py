@@ -137,7 +137,7 @@ class Judge:
         started = time.monotonic()
         result = await self.engine.generate(prepared.prompt, spec, rollout_request_id(request_id))
         rollout_seconds = time.monotonic() - started
-        usage = Usage(result.prompt_tokens, result.generated_tokens, 1)
+        usage = Usage.of(result)
         candidates = tuple(_candidate(i, g) for i, g in enumerate(result.generations))
         parsed = [c for c in candidates if c.verdict is not None]
         if not parsed:
@@ -218,7 +218,7 @@ class Judge:
         usage = Usage()
         reflections = []
         for cand, pos, out in zip(others, positions, outputs, strict=True):
-            usage = usage + Usage(out.prompt_tokens, out.generated_tokens, 1)
+            usage = usage + Usage.of(out)
             g = out.generations[0]
             p = parse_output(g.text, "Critique", truncated=g.finish_reason == "length")
             reflections.append(

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from reflectrm.engines.base import GenerationResult
 
 Role = Literal["system", "user", "assistant"]
 Mode = Literal["reflect", "single", "vote"]
@@ -34,12 +37,22 @@ class Usage:
     prompt_tokens: int = 0
     generated_tokens: int = 0
     engine_requests: int = 0
+    # Of prompt_tokens, those whose KV cache the engine reused instead of prefilling.
+    cached_prompt_tokens: int = 0
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
             self.prompt_tokens + other.prompt_tokens,
             self.generated_tokens + other.generated_tokens,
             self.engine_requests + other.engine_requests,
+            self.cached_prompt_tokens + other.cached_prompt_tokens,
+        )
+
+    @staticmethod
+    def of(result: GenerationResult) -> Usage:
+        """One engine request's usage; its n outputs share one prefill of the prompt."""
+        return Usage(
+            result.prompt_tokens, result.generated_tokens, 1, result.cached_prompt_tokens
         )
 
 
