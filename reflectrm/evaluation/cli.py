@@ -308,7 +308,16 @@ def run(args: argparse.Namespace) -> int:
     results_path = out_dir / RESULTS_NAME
     try:
         if not args.score_only:
-            summary = judge_all(args, results_path)
+            try:
+                summary = judge_all(args, results_path)
+            except KeyboardInterrupt:
+                done = len(records.load(results_path).records)
+                print(
+                    f"\ninterrupted: {done} judgments are saved in {results_path}; rerun the "
+                    "same command to resume",
+                    file=sys.stderr,
+                )
+                return 130
             if summary is not None and summary.retry_later:
                 print(
                     f"{summary.retry_later} judgments failed transiently and were not recorded; "

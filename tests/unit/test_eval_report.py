@@ -213,3 +213,12 @@ def test_help_explains_every_option(capsys):
         for flag in action.option_strings:
             assert flag in text
         assert action.help, action.option_strings
+
+
+def test_an_interrupted_run_says_how_to_resume(tmp_path, monkeypatch, capsys):
+    def interrupted(args, path):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "judge_all", interrupted)
+    assert cli.main(["--out-dir", str(tmp_path)]) == 130
+    assert "rerun the same command to resume" in capsys.readouterr().err
