@@ -53,11 +53,15 @@ def build_manifest(
     config: dict[str, Any],
     training: dict[str, Any] | None = None,
     evaluation: dict[str, Any] | None = None,
+    base_path: str | None = None,
 ) -> dict[str, Any]:
+    """The manifest; a base that is itself an exported checkpoint (e.g. the warm-up) has its
+    manifest kept under ``base_manifest``, so the whole lineage stays readable."""
     return {
         "format": MANIFEST_FORMAT,
         "template_version": template_version,
         "base_model": base_model,
+        "base_manifest": _manifest_of(base_path),
         "data": data,
         "config": config,
         "training": training or {},
@@ -65,6 +69,12 @@ def build_manifest(
         "git_revision": git_revision(),
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     }
+
+
+def _manifest_of(base_path: str | None) -> dict[str, Any] | None:
+    if base_path is None or not (Path(base_path) / MANIFEST).is_file():
+        return None
+    return read_manifest(Path(base_path))
 
 
 def write_manifest(folder: Path, manifest: dict[str, Any]) -> Path:

@@ -158,6 +158,7 @@ def train(cfg: GRPOSettings, data: Path, cache_dir: Path | None = None) -> Path:
     result = trainer.train()
     stats_file = data.parent / STATS_FILE
     manifest = build_manifest(
+        base_path=base,
         template_version=cfg.template_version,
         base_model=cfg.model if cfg.model == base else f"{cfg.model} ({base})",
         data={

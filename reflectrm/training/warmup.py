@@ -132,6 +132,7 @@ def warmup(settings: WarmupSettings, judgments: Path, cache_dir: Path | None = N
     started = time.monotonic()
     result = trainer.train()
     manifest = build_manifest(
+        base_path=base,
         template_version=settings.template_version,
         base_model=settings.model if settings.model == base else f"{settings.model} ({base})",
         data={

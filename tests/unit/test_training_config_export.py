@@ -103,3 +103,10 @@ def test_cli_registers_the_train_commands() -> None:
     assert args.func.__name__ == "run_grpo" and args.overrides == ["lora=true"]
     args = parser.parse_args(["train", "build-data", "--data", "d", "--out", "o", "--ratio", "3"])
     assert args.func.__name__ == "run_build" and args.ratio == 3.0
+
+
+def test_a_checkpoint_trained_from_a_checkpoint_keeps_its_lineage(tmp_path: Path) -> None:
+    base = export_checkpoint(FakeModel(), FakeTokenizer(), tmp_path / "warm", manifest())
+    child = manifest(base_model=str(base), base_path=str(base))
+    assert child["base_manifest"]["config"] == {"epochs": 3}
+    assert manifest(base_path=str(tmp_path / "none"))["base_manifest"] is None
