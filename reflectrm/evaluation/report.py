@@ -456,7 +456,7 @@ def chart(report: Mapping[str, Any], path: Path) -> None:
 
     metrics = [(ACCURACY, "Accuracy (%)"), (CONSISTENCY, "Positional consistency (%)")]
     modes = list(report["modes"])
-    fig, axes = plt.subplots(1, 2, figsize=(14, 4.8), sharey=True)
+    fig, axes = plt.subplots(1, 2, figsize=(14, 5.4), sharey=True)
     for ax, (metric, title) in zip(axes, metrics, strict=True):
         table = report[metric]
         scored = {b for entry in table.values() for b in entry["benchmarks"]}
@@ -472,19 +472,28 @@ def chart(report: Mapping[str, Any], path: Path) -> None:
             lows = [_err(c, 0) for c in cells]
             highs = [_err(c, 1) for c in cells]
             x = np.arange(len(labels)) + (i - (len(modes) - 1) / 2) * width
-            ax.bar(x, values, width, label=report["modes"][mode], yerr=[lows, highs], capsize=2)
+            ax.bar(
+                x,
+                values,
+                width,
+                label=report["modes"][mode],
+                yerr=[lows, highs],
+                capsize=2,
+                error_kw={"elinewidth": 0.7, "ecolor": "0.35"},
+            )
         ax.set_xticks(np.arange(len(labels)), labels)
         ax.set_title(title)
         ax.axhline(50 if metric == ACCURACY else 25, color="grey", lw=0.8, ls="--")
         ax.set_ylim(0, 100)
-    axes[0].legend(fontsize=7, loc="lower left")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8, frameon=False)
     s = report["settings"]
     fig.suptitle(
         f"{s.get('model')}: N={s.get('num_candidates')}, max_tokens={s.get('max_tokens')} "
         "(dashed: chance; bars: 95% bootstrap CI)",
         fontsize=10,
     )
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
