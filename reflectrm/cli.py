@@ -130,20 +130,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", help="'default', a checkpoint folder, or a hub id")
     p.set_defaults(func=cmd_judge)
 
-    _add_optional_jobs(sub)
+    _add_jobs(sub)
     return parser
 
 
-def _add_optional_jobs(sub: Any) -> None:
+def _add_jobs(sub: Any) -> None:
     """The evaluation and training jobs register their own sub-commands."""
-    import importlib
+    from reflectrm.evaluation.cli import add_parser as add_eval
+    from reflectrm.training.cli import add_parser as add_train
 
-    for module in ("reflectrm.evaluation.cli", "reflectrm.training.cli"):
-        try:
-            importlib.import_module(module).add_parser(sub)
-        except ModuleNotFoundError as exc:
-            if exc.name is None or not module.startswith(exc.name):  # absent job only
-                raise
+    add_eval(sub)
+    add_train(sub)
 
 
 def main(argv: list[str] | None = None) -> int:
