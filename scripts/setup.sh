@@ -9,9 +9,9 @@ VENV=.venv
 STAMP=$VENV/.setup-stamp
 
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
-  EXTRAS=${REFLECTRM_EXTRAS:-gpu,dev}
+  EXTRAS=${REFLECTRM_EXTRAS:-gpu,train,eval,dev}
 else
-  EXTRAS=${REFLECTRM_EXTRAS:-cpu,dev}
+  EXTRAS=${REFLECTRM_EXTRAS:-cpu,train,eval,dev}
 fi
 want="$(sha256sum pyproject.toml | cut -d' ' -f1) $EXTRAS"
 

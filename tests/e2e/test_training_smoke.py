@@ -11,6 +11,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+# No skip: `make test` installs the training extra, and CI must fail loudly if it is missing.
+import trl  # noqa: F401
+
 from reflectrm.judging.prompts import TEMPLATE_VERSION
 from reflectrm.judging.types import Message
 from reflectrm.models import MANIFEST, CheckpointError, resolve_model, validate_checkpoint
@@ -19,8 +22,6 @@ from reflectrm.training.data import TRAIN_FILE, BuildConfig, build, read_items
 from reflectrm.training.grpo import METRICS_FILE, train
 from reflectrm.training.pairs import Pair
 from tests.e2e.conftest import ForwardingEngine, separate_service
-
-pytest.importorskip("trl", reason="the training extra is not installed: pip install -e '.[train]'")
 
 QUESTIONS = [
     ("What is the capital of France?", "Paris.", "Berlin."),
