@@ -232,6 +232,7 @@ def cost_table(records: Sequence[Record]) -> dict[str, Any]:
         outputs = sum(r.outputs or 0 for r in ok if r.parse_failures is not None)
         failures = sum(r.parse_failures or 0 for r in ok if r.parse_failures is not None)
         exits = [r.early_exit for r in ok if r.early_exit is not None]
+        verdicts = [r.winner for r in rs if r.status == "verdict"]
         out[mode] = {
             "judgments": len(rs),
             "generated_tokens": _mean_of(ok, lambda r: r.generated_tokens),
@@ -241,6 +242,10 @@ def cost_table(records: Sequence[Record]) -> dict[str, Any]:
             "early_exit_rate": _num(100 * statistics.fmean(exits)) if exits else None,
             "parse_failure_rate": _num(100 * failures / outputs) if outputs else None,
             "no_verdict_rate": _num(100 * sum(r.status == "no_verdict" for r in rs) / len(rs)),
+            # Position bias at a glance: an unbiased judge says "Response 1" about half the time.
+            "first_position_rate": _num(100 * verdicts.count(1) / len(verdicts))
+            if verdicts
+            else None,
             "errors": sum(r.status == "error" for r in rs),
         }
     return out
@@ -370,6 +375,7 @@ def _cost_markdown(report: Mapping[str, Any]) -> str:
         "early exit %",
         "parse failures %",
         "no verdict %",
+        "says Response 1 %",
         "errors",
     ]
     lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
@@ -384,6 +390,7 @@ def _cost_markdown(report: Mapping[str, Any]) -> str:
             _fmt(c["early_exit_rate"]),
             _fmt(c["parse_failure_rate"]),
             _fmt(c["no_verdict_rate"]),
+            _fmt(c["first_position_rate"]),
             str(c["errors"]),
         ]
         lines.append("| " + " | ".join(cells) + " |")
@@ -454,7 +461,10 @@ def chart(report: Mapping[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    metrics = [(ACCURACY, "Accuracy (%)"), (CONSISTENCY, "Positional consistency (%)")]
+    metrics = [
+        (ACCURACY, "Accuracy (%); Avg leaves out JudgeBench, as the paper's does"),
+        (CONSISTENCY, "Positional consistency: correct in both orders (%)"),
+    ]
     modes = list(report["modes"])
     fig, axes = plt.subplots(1, 2, figsize=(14, 5.4), sharey=True)
     for ax, (metric, title) in zip(axes, metrics, strict=True):

@@ -93,6 +93,8 @@ def test_report_numbers_from_hand_made_results(tmp_path):
     cost = built["cost"]
     assert cost["single"]["judgments"] == 12 and cost["single"]["latency_s"] == 2.0
     assert cost["single"]["no_verdict_rate"] == pytest.approx(100 / 12, abs=0.01)
+    assert cost["single"]["first_position_rate"] == 100.0  # 11 verdicts, all "Response 1"
+    assert cost["reflect"]["first_position_rate"] == 50.0
     assert cost["single"]["parse_failure_rate"] == pytest.approx(100 / 12, abs=0.01)
     assert cost["reflect"]["generated_tokens"] == pytest.approx((8 * 900 + 4 * 100) / 12, abs=0.01)
     assert built["pairs"] == {
