@@ -10,10 +10,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import functools
 import json
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -138,6 +139,24 @@ def _add_check(commands: Any) -> None:
     p.set_defaults(func=run_check)
 
 
+Command = Callable[[argparse.Namespace], int]
+
+
+def _friendly(command: Command) -> Command:
+    """A bad input (a wrong path, a refused checkpoint, a bad setting) is a one-line error and
+    exit code 2, not a traceback, whichever CLI calls the command."""
+
+    @functools.wraps(command)
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return command(args)
+        except (CheckpointError, ValueError, OSError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+
+    return run
+
+
 def _build_config(args: argparse.Namespace) -> BuildConfig:
     return BuildConfig(
         samples_per_pair=args.samples,
@@ -158,6 +177,7 @@ def _settings(model: str | None) -> Any:
     return Settings(model=model) if model else Settings()
 
 
+@_friendly
 def run_build(args: argparse.Namespace) -> int:
     config = _build_config(args)
     if args.from_judgments:
@@ -181,6 +201,7 @@ async def _build_with_engine(settings: Any, pairs: Any, config: BuildConfig, out
         return await build(engine, pairs, config, out)
 
 
+@_friendly
 def run_grpo(args: argparse.Namespace) -> int:
     from reflectrm.training.grpo import train
 
@@ -193,6 +214,7 @@ def run_grpo(args: argparse.Namespace) -> int:
     return 0
 
 
+@_friendly
 def run_warmup(args: argparse.Namespace) -> int:
     import yaml
 
@@ -211,6 +233,7 @@ def run_warmup(args: argparse.Namespace) -> int:
     return 0
 
 
+@_friendly
 def run_check(args: argparse.Namespace) -> int:
     from reflectrm.training.check import CheckConfig
     from reflectrm.training.export import add_evaluation
@@ -248,11 +271,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="reflectrm")
     add_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
-    try:
-        return int(args.func(args))
-    except (CheckpointError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    return int(args.func(args))
 
 
 if __name__ == "__main__":
