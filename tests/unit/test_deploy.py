@@ -105,7 +105,12 @@ def test_compose_files_match_the_compose_spec(schema: dict[str, Any], path: Path
 def test_compose_wiring():
     compose = load_compose(COMPOSE, env_example())
     services = compose["services"]
-    assert set(services) == {"judge", "prometheus", "grafana"}
+    assert set(services) == {"judge", "prometheus", "grafana", "train"}
+    # The training job is a profile (not started by `up`) writing where the judge reads.
+    train = services["train"]
+    assert train["profiles"] == ["train"]
+    judge_models = next(v for v in services["judge"]["volumes"] if str(v).endswith(":/models:ro"))
+    assert judge_models.removesuffix(":ro") in train["volumes"]
     judge = services["judge"]
     assert judge["build"] == {"context": "..", "dockerfile": "Dockerfile"}
     assert (
