@@ -57,8 +57,9 @@ class Settings(BaseSettings):
     max_analysis_chars: int | None = Field(
         None,
         ge=1,
-        description="With enforce_format, bound the analysis to this many characters (so it "
-        "always ends within max_tokens). Unset: max_tokens minus a reserve for the verdict.",
+        description="With enforce_format, bound the analysis to this many characters, so that "
+        "outputs almost always end in a verdict within max_tokens. Unset: max_tokens minus a "
+        "reserve of 24 for the tags and the verdict.",
     )
     early_exit: bool = Field(
         True, description="Skip reflection when every parsed stage-1 verdict agrees."

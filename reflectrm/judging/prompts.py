@@ -143,8 +143,10 @@ def reflection_messages(
 def output_regex(verdicts: tuple[str, str], max_analysis_chars: int | None) -> str:
     """The output format for structured decoding: an analysis (no '<'), then one verdict.
 
-    Bounding the analysis in characters bounds it in tokens too (a token is at least one
-    character), so a run with enough ``max_tokens`` always ends in a parseable verdict.
+    Bounding the analysis in characters bounds it in tokens for ASCII text (each token is at
+    least one byte), so outputs almost always end in a verdict within ``max_tokens``. Not always:
+    a non-ASCII character can take several byte-level tokens, and the grammar admits unusual
+    tokenizations of the forced tags; such cut outputs count as parse failures.
     """
     body = "[^<]*" if max_analysis_chars is None else f"[^<]{{1,{max_analysis_chars}}}"
     choices = "|".join(verdicts)  # plain words and spaces: nothing to escape
