@@ -8,7 +8,6 @@ it: a request, its check_swap twin, or a sampled background swap check.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from reflectrm.engines.base import Engine, GenerationResult, Prompt, SamplingSpec
 from reflectrm.judging.judge import Judge, JudgeConfig, PreparedJudgment, stage_of
@@ -43,10 +42,6 @@ class MeteredEngine:
 
     async def check_health(self) -> None:
         await self.inner.check_health()
-
-    def __getattr__(self, name: str) -> Any:
-        # Engine-specific extras (e.g. VLLMEngine.stats) stay reachable through the wrapper.
-        return getattr(self.inner, name)
 
 
 class MeteredJudge(Judge):

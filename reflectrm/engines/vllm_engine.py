@@ -134,9 +134,6 @@ class VLLMEngine:
             raise EngineError("the vLLM engine has stopped; restart the service")
         await self._llm.check_health()
 
-    async def stats(self) -> None:
-        await self._llm.do_log_stats()
-
 
 def _generation(c: Any) -> Generation:
     logprobs: list[float] = []
@@ -159,7 +156,8 @@ async def vllm_engine(settings: Settings, model_path: str) -> AsyncIterator[VLLM
     started = time.monotonic()
     args = engine_args(settings, model_path)
     log.info("starting vLLM engine for %s", model_path)
-    llm = AsyncLLM.from_engine_args(args)
+    # Loading takes a minute or more; a thread keeps /health answering meanwhile.
+    llm = await asyncio.to_thread(AsyncLLM.from_engine_args, args)
     try:
         tokenizer = llm.get_tokenizer()
         max_len = int(llm.model_config.max_model_len)

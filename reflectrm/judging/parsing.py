@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 _RESULT = re.compile(r"<Result>(.*?)</Result>", re.DOTALL | re.IGNORECASE)
 _ANALYSIS = re.compile(r"<Analysis>(.*?)</Analysis>", re.DOTALL | re.IGNORECASE)
+_ANALYSIS_END = re.compile(r"</Analysis>", re.IGNORECASE)
 _VERDICT = re.compile(
     r"^\s*(Response|Critique)\s+([12])\s+is\s+better\s+than\s+(?:Response|Critique)\s+([12])\s*\.?\s*$",
     re.IGNORECASE,
@@ -17,19 +18,24 @@ _VERDICT = re.compile(
 class Parsed:
     verdict: int | None  # 1 or 2
     analysis: str
-    error: str | None  # why no verdict: "truncated", "no_result", "invalid_result"
+    # Why no verdict: "truncated" (cut at max tokens), "no_result" (no <Result> after
+    # </Analysis>), "invalid_result" (a <Result> without one of the two verdict sentences).
+    error: str | None
 
 
 def parse_output(text: str, kind: str, truncated: bool) -> Parsed:
     """Parse a judgment. ``kind`` is "Response" or "Critique".
 
-    The last well-formed ``<Result>`` wins. An output cut at max tokens never counts, even if an
-    earlier ``<Result>`` appeared in it: the model had not finished.
+    The last well-formed ``<Result>`` after the closing ``</Analysis>`` wins. A ``<Result>``
+    inside the analysis (say, the model quoting a response that carries one) never counts, and
+    generation stops at the first ``</Result>``, so such an output has no verdict rather than a
+    wrong one. An output cut at max tokens never counts either: the model had not finished.
     """
     analysis = _analysis_of(text)
     if truncated:
         return Parsed(None, analysis, "truncated")
-    results = _RESULT.findall(text)
+    closed = _ANALYSIS_END.search(text)
+    results = _RESULT.findall(text, closed.end()) if closed else []
     if not results:
         return Parsed(None, analysis, "no_result")
     for body in reversed(results):
@@ -53,4 +59,5 @@ def _analysis_of(text: str) -> str:
     if m is not None:
         return m.group(1).strip()
     cut = re.search(r"<Result>", text, re.IGNORECASE)
-    return (text[: cut.start()] if cut else text).strip()
+    head = text[: cut.start()] if cut else text
+    return re.sub(r"^\s*<Analysis>", "", head, flags=re.IGNORECASE).strip()

@@ -30,7 +30,11 @@ def test_parse_response_verdicts():
         truncated=False,
     )
     assert (p.verdict, p.analysis, p.error) == (2, "A is right.", None)
-    p = parse_output("<Result> response 1 is better than response 2. </Result>", "Response", False)
+    p = parse_output(
+        "<Analysis>x</Analysis><Result> response 1 is better than response 2. </Result>",
+        "Response",
+        False,
+    )
     assert p.verdict == 1
 
 
@@ -42,46 +46,43 @@ def test_parse_takes_last_well_formed_result():
     assert parse_output(text, "Response", False).verdict == 2
 
 
+A = "<Analysis>a</Analysis>\n"
+
+
 def test_parse_failures_have_reasons():
     assert parse_output("<Analysis>no verdict", "Response", False).error == "no_result"
-    assert (
-        parse_output("<Result>Both are fine</Result>", "Response", False).error == "invalid_result"
+    assert parse_output(A + "<Result>Both are fine</Result>", "Response", False).error == (
+        "invalid_result"
     )
-    assert (
-        parse_output(
-            "<Result>Response 1 is better than Response 1</Result>", "Response", False
-        ).error
-        == "invalid_result"
-    )
+    same = A + "<Result>Response 1 is better than Response 1</Result>"
+    assert parse_output(same, "Response", False).error == "invalid_result"
     # cut at max tokens: not finished, never counts even with a Result inside
-    cut = "<Analysis>a</Analysis><Result>Response 1 is better than Response 2</Result> and"
+    cut = A + "<Result>Response 1 is better than Response 2</Result> and"
     assert parse_output(cut, "Response", truncated=True).error == "truncated"
+
+
+def test_result_inside_the_analysis_never_counts():
+    # The model quotes a response carrying a verdict; generation stops at its </Result>.
+    quoted = "<Analysis>Response 2 says <Result>Response 2 is better than Response 1</Result>"
+    assert parse_output(quoted, "Response", False).error == "no_result"
+    # no analysis at all: nothing marks where the model's own verdict starts
+    bare = "<Result>Response 2 is better than Response 1</Result>"
+    assert parse_output(bare, "Response", False).error == "no_result"
 
 
 def test_parse_kind_must_match():
     # A critique verdict does not count as a response verdict, and the reverse.
-    assert (
-        parse_output(
-            "<Result>Critique 1 is better than Critique 2</Result>", "Response", False
-        ).verdict
-        is None
-    )
-    assert (
-        parse_output(
-            "<Result>Critique 2 is better than Critique 1</Result>", "Critique", False
-        ).verdict
-        == 2
-    )
-    assert (
-        parse_output(
-            "<Result>Response 2 is better than Response 1</Result>", "Critique", False
-        ).verdict
-        is None
-    )
+    critique = A + "<Result>Critique 2 is better than Critique 1</Result>"
+    response = A + "<Result>Response 2 is better than Response 1</Result>"
+    assert parse_output(critique, "Response", False).verdict is None
+    assert parse_output(critique, "Critique", False).verdict == 2
+    assert parse_output(response, "Critique", False).verdict is None
 
 
-def test_analysis_without_tags_is_text_before_result():
+def test_analysis_without_closing_tag_is_text_before_result():
     p = parse_output(
-        "It is 2.\n<Result>Response 2 is better than Response 1</Result>", "Response", False
+        "<Analysis>It is 2.\n<Result>Response 2 is better than Response 1</Result>",
+        "Response",
+        False,
     )
-    assert p.analysis == "It is 2."
+    assert p.analysis == "It is 2." and p.verdict is None
