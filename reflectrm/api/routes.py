@@ -26,7 +26,6 @@ from reflectrm.judging.judge import (
     swapped,
     unswap_winner,
 )
-from reflectrm.judging.prompts import TEMPLATE_VERSION
 from reflectrm.metrics import CONTENT_TYPE
 from reflectrm.settings import Settings
 
@@ -106,12 +105,10 @@ async def _until_disconnected(request: Request, work: Awaitable[T]) -> T:
 
 
 async def _judge(judge: Judge, request: types.JudgeRequest, request_id: str, check_swap: bool):
-    prepared = await asyncio.to_thread(judge.prepare, request)
     if not check_swap:
-        return await judge.run(prepared, request_id), None
-    prepared_swap = await asyncio.to_thread(judge.prepare, swapped(request))
+        return await judge.judge(request, request_id), None
     first, second = await gather_all(
-        [judge.run(prepared, request_id), judge.run(prepared_swap, f"{request_id}-swap")]
+        [judge.judge(request, request_id), judge.judge(swapped(request), f"{request_id}-swap")]
     )
     return first, second
 
@@ -193,7 +190,7 @@ async def judge_pair(
         ),
         latency_ms=round(latency_ms, 1),
         model=judge.engine.model_name,
-        template_version=judge.template.version or TEMPLATE_VERSION,
+        template_version=judge.template.version,
         request_id=request_id,
         seed=judgment.seed,
         trace=schemas.trace_of(judgment) if body.return_trace else None,

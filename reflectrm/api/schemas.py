@@ -7,9 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from reflectrm.judging.types import Judgment
-
-Mode = Literal["reflect", "single", "vote"]
+from reflectrm.judging.types import Judgment, Mode
 
 
 class ChatMessage(BaseModel):

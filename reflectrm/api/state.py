@@ -8,7 +8,6 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Request
 
 from reflectrm.consistency import SwapCheckConfig, SwapChecker
-from reflectrm.engines.base import Engine
 from reflectrm.judging.judge import Judge
 from reflectrm.metrics import Metrics
 from reflectrm.settings import Settings
@@ -21,7 +20,6 @@ class ServiceState:
     # Why the engine is not serving (still loading, failed to load); None once ready.
     unavailable: str | None = "the engine is loading; retry when GET /ready answers 200"
     in_flight: int = 0
-    background: set[object] = field(default_factory=set)
     metrics: Metrics = field(default_factory=Metrics)
     swap_checks: SwapChecker = field(init=False)
 
@@ -35,10 +33,6 @@ class ServiceState:
             timeout_s=self.settings.request_timeout_s,
         )
         self.swap_checks = SwapChecker(config, self.metrics, live_load=lambda: self.in_flight)
-
-    @property
-    def engine(self) -> Engine | None:
-        return self.judge.engine if self.judge else None
 
 
 def get_state(request: Request) -> ServiceState:
