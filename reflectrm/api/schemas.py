@@ -9,14 +9,17 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from reflectrm.judging.types import Judgment, Mode
 
+# Larger than any model context in characters; bounds the work spent before the 413 check.
+MAX_TEXT_CHARS = 1_000_000
+
 
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="forbid")
     role: Literal["system", "user", "assistant"]
-    content: str = Field(..., min_length=1)
+    content: str = Field(..., min_length=1, max_length=MAX_TEXT_CHARS)
 
 
-NonEmpty = Annotated[str, Field(min_length=1)]
+NonEmpty = Annotated[str, Field(min_length=1, max_length=MAX_TEXT_CHARS)]
 
 
 class JudgeRequest(BaseModel):
@@ -48,10 +51,16 @@ class JudgeRequest(BaseModel):
     )
 
     prompt: str | None = Field(
-        None, min_length=1, description="The user query, for a single-turn conversation."
+        None,
+        min_length=1,
+        max_length=MAX_TEXT_CHARS,
+        description="The user query, for a single-turn conversation.",
     )
     messages: list[ChatMessage] | None = Field(
-        None, min_length=1, description="The conversation, ending with a user turn."
+        None,
+        min_length=1,
+        max_length=1000,
+        description="The conversation (at most 1,000 turns), ending with a user turn.",
     )
     responses: list[NonEmpty] = Field(
         ..., min_length=2, max_length=2, description="Exactly two candidate responses."

@@ -104,6 +104,7 @@ def test_no_verdict_outcome():
             "must end with a user turn",
         ),
         ({"messages": [{"role": "robot", "content": "a"}], "responses": ["x", "y"]}, "robot"),
+        ({"prompt": "q", "responses": ["a", "b" * 1_000_001]}, "at most 1000000 characters"),
     ],
 )
 def test_bad_fields_get_422_saying_what_to_fix(client: TestClient, payload, needle):
