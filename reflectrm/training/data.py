@@ -14,6 +14,7 @@ import json
 import logging
 import random
 import time
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -232,18 +233,19 @@ async def judge_pairs(
             responses,
             mode="vote",
             num_candidates=config.samples_per_pair,
-            seed=config.seed + index,
+            # From the pair's id, not its position: a resumed build samples the same outputs.
+            seed=zlib.crc32(f"{config.seed}:{pair.id}".encode()) & 0x7FFFFFFF,
             max_tokens=config.max_tokens,
         )
-        try:
-            prepared = judge.prepare(request)
-        except PromptTooLongError:
-            return None
-        if config.max_prompt_tokens is not None and (
-            prepared.prompt.num_tokens > config.max_prompt_tokens
-        ):
-            return None
         async with gate:
+            try:
+                prepared = await asyncio.to_thread(judge.prepare, request)
+            except PromptTooLongError:
+                return None
+            if config.max_prompt_tokens is not None and (
+                prepared.prompt.num_tokens > config.max_prompt_tokens
+            ):
+                return None
             judgment = await judge.run(prepared, f"build-{index}")
         judged = JudgedPair(pair.id, pair.conversation, responses, label, judgment.trace.candidates)
         on_judged(judged)
@@ -358,7 +360,8 @@ async def build(engine: Engine, pairs: Sequence[Pair], config: BuildConfig, out_
         fresh, too_long = await judge_pairs(engine, todo, config, progress, keep)
     by_id = {**previous, **{j.pair_id: j for j in fresh}}
     judged = [by_id[p.id] for p, _ in ordered if p.id in by_id]
-    items, stats = select_items(judged, config, rng)
+    # A fresh generator, as in rebuild(): the same judgments always give the same selection.
+    items, stats = select_items(judged, config, random.Random(config.seed))
     stats = Stats(
         **{
             **asdict(stats),
