@@ -20,8 +20,8 @@ test-unit: setup
 	$(BIN)/python -m pytest tests/unit tests/api
 
 lint: setup
-	$(BIN)/ruff check reflectrm tests
-	$(BIN)/ruff format --check reflectrm tests
+	$(BIN)/ruff check reflectrm tests scripts benchmarks
+	$(BIN)/ruff format --check reflectrm tests scripts benchmarks
 	$(BIN)/mypy reflectrm
 
 eval: setup

@@ -22,20 +22,27 @@ from reflectrm.judging.judge import Judge, JudgeConfig
 from reflectrm.judging.types import JudgeRequest, Message
 from reflectrm.settings import Settings
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "benchmarks" / "rewardbench.jsonl.gz"
+DATA = (
+    Path(__file__).resolve().parents[2] / "shared" / "data" / "benchmarks" / "rewardbench.jsonl.gz"
+)
 
 
 def load_pairs(n: int, seed: int) -> list[tuple[JudgeRequest, int]]:
-    """A seeded sample of RewardBench pairs, each in a seeded random order; returns (request, gold)."""
+    """A seeded sample of RewardBench pairs in seeded random orders: (request, gold winner)."""
     with gzip.open(DATA, "rt") as f:
         rows = [json.loads(line) for line in f]
     rng = random.Random(seed)
     out = []
     for row in rng.sample(rows, n):
-        conv = tuple(Message(m["role"], m["content"]) for m in row["messages"]) if row.get(
-            "messages") else (Message("user", row["prompt"]),)
+        conv = (
+            tuple(Message(m["role"], m["content"]) for m in row["messages"])
+            if row.get("messages")
+            else (Message("user", row["prompt"]),)
+        )
         chosen_first = rng.random() < 0.5
-        pair = (row["chosen"], row["rejected"]) if chosen_first else (row["rejected"], row["chosen"])
+        pair = (
+            (row["chosen"], row["rejected"]) if chosen_first else (row["rejected"], row["chosen"])
+        )
         out.append((JudgeRequest(conversation=conv, responses=pair), 1 if chosen_first else 2))
     return out
 
@@ -43,11 +50,21 @@ def load_pairs(n: int, seed: int) -> list[tuple[JudgeRequest, int]]:
 async def parse_rate(engine, pairs, enforce: bool, max_tokens: int) -> dict:
     judge = Judge(engine, JudgeConfig(enforce_format=enforce))
     started = time.monotonic()
-    results = await asyncio.gather(*[
-        judge.judge(JudgeRequest(conversation=r.conversation, responses=r.responses, mode="vote",
-                                 seed=i, max_tokens=max_tokens), f"parse-{enforce}-{i}")
-        for i, (r, _) in enumerate(pairs)
-    ])
+    results = await asyncio.gather(
+        *[
+            judge.judge(
+                JudgeRequest(
+                    conversation=r.conversation,
+                    responses=r.responses,
+                    mode="vote",
+                    seed=i,
+                    max_tokens=max_tokens,
+                ),
+                f"parse-{enforce}-{i}",
+            )
+            for i, (r, _) in enumerate(pairs)
+        ]
+    )
     wall = time.monotonic() - started
     cands = [c for j in results for c in j.trace.candidates]
     reasons = Counter(c.parse_error or "parsed" for c in cands)
@@ -59,7 +76,9 @@ async def parse_rate(engine, pairs, enforce: bool, max_tokens: int) -> dict:
         "parsed": len(parsed),
         "parse_rate": len(parsed) / len(cands),
         "reasons": dict(reasons),
-        "first_shown_share": (sum(c.verdict == 1 for c in parsed) / len(parsed)) if parsed else None,
+        "first_shown_share": (sum(c.verdict == 1 for c in parsed) / len(parsed))
+        if parsed
+        else None,
         "generated_tokens": sum(j.usage.generated_tokens for j in results),
         "wall_s": round(wall, 1),
     }
@@ -69,23 +88,32 @@ async def timed(engine, pairs, settings: Settings) -> dict:
     judge = Judge(engine, JudgeConfig())
     rows = []
     for i, (r, gold) in enumerate(pairs):
-        req = JudgeRequest(conversation=r.conversation, responses=r.responses, seed=i,
-                           max_tokens=settings.max_tokens)
+        req = JudgeRequest(
+            conversation=r.conversation,
+            responses=r.responses,
+            seed=i,
+            max_tokens=settings.max_tokens,
+        )
         started = time.monotonic()
         j = await judge.judge(req, f"timed-{i}")
-        rows.append({
-            "wall_s": round(time.monotonic() - started, 1),
-            "rollout_s": round(j.rollout_seconds, 1),
-            "reflection_s": round(j.reflection_seconds, 1),
-            "generated_tokens": j.usage.generated_tokens,
-            "prompt_tokens": j.usage.prompt_tokens,
-            "engine_requests": j.usage.engine_requests,
-            "reflections": len(j.trace.reflections),
-            "early_exit": j.early_exit,
-            "correct": j.winner == gold,
-        })
-    return {"max_tokens": settings.max_tokens, "judgments": rows,
-            "median_wall_s": statistics.median(r["wall_s"] for r in rows)}
+        rows.append(
+            {
+                "wall_s": round(time.monotonic() - started, 1),
+                "rollout_s": round(j.rollout_seconds, 1),
+                "reflection_s": round(j.reflection_seconds, 1),
+                "generated_tokens": j.usage.generated_tokens,
+                "prompt_tokens": j.usage.prompt_tokens,
+                "engine_requests": j.usage.engine_requests,
+                "reflections": len(j.trace.reflections),
+                "early_exit": j.early_exit,
+                "correct": j.winner == gold,
+            }
+        )
+    return {
+        "max_tokens": settings.max_tokens,
+        "judgments": rows,
+        "median_wall_s": statistics.median(r["wall_s"] for r in rows),
+    }
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -93,8 +121,10 @@ async def main(args: argparse.Namespace) -> None:
     pairs = load_pairs(args.pairs, args.sample_seed)
     report: dict = {"pairs": args.pairs, "sample_seed": args.sample_seed}
     async with default_engine(settings) as engine:
-        report["parse"] = [await parse_rate(engine, pairs, enforce, args.parse_max_tokens)
-                           for enforce in (True, False)]
+        report["parse"] = [
+            await parse_rate(engine, pairs, enforce, args.parse_max_tokens)
+            for enforce in (True, False)
+        ]
         print(json.dumps(report["parse"], indent=2), flush=True)
         report["timed"] = await timed(engine, pairs[: args.timed_pairs], settings)
         print(json.dumps(report["timed"], indent=2), flush=True)

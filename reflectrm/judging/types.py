@@ -51,9 +51,7 @@ class Usage:
     @staticmethod
     def of(result: GenerationResult) -> Usage:
         """One engine request's usage; its n outputs share one prefill of the prompt."""
-        return Usage(
-            result.prompt_tokens, result.generated_tokens, 1, result.cached_prompt_tokens
-        )
+        return Usage(result.prompt_tokens, result.generated_tokens, 1, result.cached_prompt_tokens)
 
 
 @dataclass(frozen=True)

@@ -122,7 +122,9 @@ class ForwardingEngine:
     def render_chat(self, messages: Sequence[dict[str, str]]) -> Prompt:
         return self._inner.render_chat(messages)
 
-    async def generate(self, prompt: Prompt, spec: SamplingSpec, request_id: str) -> GenerationResult:
+    async def generate(
+        self, prompt: Prompt, spec: SamplingSpec, request_id: str
+    ) -> GenerationResult:
         return await self._forward(self._inner.generate(prompt, spec, request_id))
 
     async def check_health(self) -> None:

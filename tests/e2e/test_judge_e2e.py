@@ -53,8 +53,9 @@ def test_reflect_mode_trace(client: httpx.Client):
     assert {r["candidate"] for r in trace["reflections"]} == {c["index"] for c in parsed} - {
         trace["anchor"]
     }
-    assert trace["winner_group"] == sorted(r["candidate"] for r in trace["reflections"]
-                                           if r["beats_anchor"])
+    assert trace["winner_group"] == sorted(
+        r["candidate"] for r in trace["reflections"] if r["beats_anchor"]
+    )
     assert body["usage"]["engine_requests"] == 1 + len(trace["reflections"])
     assert body["usage"]["generated_tokens"] > 0
     voters = [trace["candidates"][i]["verdict"] for i in trace["voters"]]
@@ -109,9 +110,26 @@ def test_too_long_conversation_is_413_with_the_real_tokenizer(client: httpx.Clie
 
 def test_cli_judge_against_the_service(live):
     out = subprocess.run(
-        [sys.executable, "-m", "reflectrm.cli", "judge", "--url", live.url, "--prompt", "2+2?",
-         "--response1", "4", "--response2", "5", "--mode", "single"],
-        capture_output=True, text=True, timeout=300, check=True,
+        [
+            sys.executable,
+            "-m",
+            "reflectrm.cli",
+            "judge",
+            "--url",
+            live.url,
+            "--prompt",
+            "2+2?",
+            "--response1",
+            "4",
+            "--response2",
+            "5",
+            "--mode",
+            "single",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
     )
     body = json.loads(out.stdout)
     assert body["mode"] == "single" and body["winner"] in (1, 2, None)
@@ -134,8 +152,11 @@ def test_dead_engine_fails_readiness_and_requests_get_503():
     with separate_service() as service, httpx.Client(base_url=service.url, timeout=60) as c:
         assert c.get("/ready").status_code == 200
         me = psutil.Process(os.getpid())
-        cores = [p for p in me.children(recursive=True) if "EngineCore" in " ".join(p.cmdline())
-                 or p.name().startswith("VLLM::EngineCor")]
+        cores = [
+            p
+            for p in me.children(recursive=True)
+            if "EngineCore" in " ".join(p.cmdline()) or p.name().startswith("VLLM::EngineCor")
+        ]
         # Only this service's engine may die: pick the newest engine process.
         core = max(cores, key=lambda p: p.create_time())
         os.kill(core.pid, signal.SIGKILL)

@@ -136,7 +136,7 @@ def test_empty_winner_group_falls_back_to_anchor():
     eng = ScriptedEngine(
         stage1=[
             judgment(v, f"a{i}", conf_logprobs(lo))
-            for i, (v, lo) in enumerate(zip(verdicts, [-2.0, -0.1, -3.0]))
+            for i, (v, lo) in enumerate(zip(verdicts, [-2.0, -0.1, -3.0], strict=True))
         ],
         reflect=prefers(anchor="a1"),  # the anchor (c1) always wins
     )
@@ -152,7 +152,7 @@ def test_tied_winner_group_adds_anchor():
     eng = ScriptedEngine(
         stage1=[
             judgment(v, f"a{i}", conf_logprobs(lo))
-            for i, (v, lo) in enumerate(zip(verdicts, [-0.1, -1.0, -2.0, -3.0]))
+            for i, (v, lo) in enumerate(zip(verdicts, [-0.1, -1.0, -2.0, -3.0], strict=True))
         ],
         reflect=prefers("a1", "a2"),
     )
@@ -169,7 +169,7 @@ def test_winners_can_overrule_the_anchor():
     eng = ScriptedEngine(
         stage1=[
             judgment(v, f"a{i}", conf_logprobs(lo))
-            for i, (v, lo) in enumerate(zip(verdicts, [-0.1, -1.0, -2.0, -3.0]))
+            for i, (v, lo) in enumerate(zip(verdicts, [-0.1, -1.0, -2.0, -3.0], strict=True))
         ],
         reflect=lambda c1, c2: 2 if c1 == "a0" else 1,
     )
@@ -248,7 +248,7 @@ def test_single_mode_is_one_greedy_output():
 def test_vote_mode_majority_and_tie_break_by_confidence():
     gens = [
         judgment(v, f"a{i}", conf_logprobs(lo))
-        for i, (v, lo) in enumerate(zip([1, 2, 2, 1], [-2.0, -3.0, -4.0, -0.5]))
+        for i, (v, lo) in enumerate(zip([1, 2, 2, 1], [-2.0, -3.0, -4.0, -0.5], strict=True))
     ]
     eng = ScriptedEngine(stage1=gens[:3])
     j = run(eng, req(mode="vote", num_candidates=3))
@@ -298,7 +298,8 @@ def test_ablations():
     lows = [-0.1, -1.0, -2.0, -3.0]
     verdicts = [1, 2, 2, 2]
     gens = [
-        judgment(v, f"a{i}", conf_logprobs(lo)) for i, (v, lo) in enumerate(zip(verdicts, lows))
+        judgment(v, f"a{i}", conf_logprobs(lo))
+        for i, (v, lo) in enumerate(zip(verdicts, lows, strict=True))
     ]
     eng = ScriptedEngine(stage1=gens, reflect=prefers("a0"))
     j = run(eng, req(num_candidates=4, ablation="anchor_only"))
