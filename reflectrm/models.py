@@ -21,6 +21,7 @@ import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from reflectrm.judging.prompts import TEMPLATE_VERSION
 
@@ -169,6 +170,13 @@ def validate_checkpoint(path: Path, template_version: str = TEMPLATE_VERSION) ->
                 "or retrain it"
             )
     return CheckpointInfo(str(path), template_version, manifest)
+
+
+def chat_template_kwargs(tokenizer: Any) -> dict[str, Any]:
+    """How prompts are rendered everywhere (serving, training): thinking switched off where the
+    model's chat template knows the switch (Qwen3's ``enable_thinking``)."""
+    template = getattr(tokenizer, "chat_template", None) or ""
+    return {"enable_thinking": False} if "enable_thinking" in template else {}
 
 
 def resolve_model(model: str, cache_dir: Path, template_version: str) -> str:

@@ -17,6 +17,7 @@ from reflectrm.engines.base import (
     Prompt,
     SamplingSpec,
 )
+from reflectrm.models import chat_template_kwargs
 from reflectrm.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -72,10 +73,7 @@ class VLLMEngine:
         self._tokenizer = tokenizer
         self._model_name = model_name
         self._max_model_len = max_model_len
-        template = getattr(tokenizer, "chat_template", None) or ""
-        self._chat_kwargs: dict[str, Any] = (
-            {"enable_thinking": False} if "enable_thinking" in template else {}
-        )
+        self._chat_kwargs = chat_template_kwargs(tokenizer)
 
     @property
     def model_name(self) -> str:

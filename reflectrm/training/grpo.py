@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from reflectrm.judging.prompts import get_template
-from reflectrm.models import default_cache_dir, resolve_model
+from reflectrm.models import chat_template_kwargs, default_cache_dir, resolve_model
 from reflectrm.training.config import GRPOSettings
 from reflectrm.training.data import STATS_FILE, read_items
 from reflectrm.training.export import build_manifest, export_checkpoint, file_sha256
@@ -21,12 +21,6 @@ log = logging.getLogger(__name__)
 CHECKPOINT_DIR = "checkpoint"
 METRICS_FILE = "metrics.jsonl"
 ITEM_COLUMNS = ("prompt", "label", "kind")
-
-
-def chat_kwargs(tokenizer: Any) -> dict[str, Any]:
-    """The service's rendering: thinking off where the chat template knows the switch."""
-    template = getattr(tokenizer, "chat_template", None) or ""
-    return {"enable_thinking": False} if "enable_thinking" in template else {}
 
 
 def check_items(items: list[dict[str, Any]], template_version: str) -> None:
@@ -42,7 +36,7 @@ def check_items(items: list[dict[str, Any]], template_version: str) -> None:
 
 
 def prompt_lengths(items: list[dict[str, Any]], tokenizer: Any) -> list[int]:
-    kwargs = chat_kwargs(tokenizer)
+    kwargs = chat_template_kwargs(tokenizer)
     texts = [
         tokenizer.apply_chat_template(
             i["prompt"], tokenize=False, add_generation_prompt=True, **kwargs
@@ -122,7 +116,7 @@ def train(cfg: GRPOSettings, data: Path, cache_dir: Path | None = None) -> Path:
     tokenizer = AutoTokenizer.from_pretrained(base)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    chat = chat_kwargs(tokenizer)
+    chat = chat_template_kwargs(tokenizer)
     dropped = 0
     if cfg.max_prompt_tokens is not None:
         lengths = prompt_lengths(items, tokenizer)

@@ -6,13 +6,12 @@ The shared schema (../shared/data/README.md): one JSON object per line with ``id
 
 from __future__ import annotations
 
-import gzip
-import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from reflectrm.evaluation.benchmarks import conversation_of, read_jsonl
 from reflectrm.judging.types import Message
 
 HELPSTEER3 = "nvidia/HelpSteer3"
@@ -30,17 +29,8 @@ class Pair:
 
 def pair_from_row(row: Mapping[str, Any], index: int = 0) -> Pair:
     """A shared-schema row as a Pair; ``prompt`` is a single user turn, ``messages`` a history."""
-    if row.get("messages"):
-        conversation = tuple(Message(m["role"], m["content"]) for m in row["messages"])
-    elif row.get("prompt") is not None:
-        conversation = (Message("user", str(row["prompt"])),)
-    else:
-        raise ValueError(f"row {row.get('id', index)!r} has neither 'messages' nor 'prompt'")
-    if conversation[-1].role != "user":
-        raise ValueError(
-            f"row {row.get('id', index)!r}: the conversation must end with a user turn"
-        )
-    return Pair(str(row.get("id", index)), conversation, str(row["chosen"]), str(row["rejected"]))
+    row = {"id": index, **row}  # rows without an id are named by their position
+    return Pair(str(row["id"]), conversation_of(row), str(row["chosen"]), str(row["rejected"]))
 
 
 def helpsteer3_row(row: Mapping[str, Any], index: int) -> dict[str, Any] | None:
@@ -59,14 +49,6 @@ def helpsteer3_row(row: Mapping[str, Any], index: int) -> dict[str, Any] | None:
         "chosen": chosen,
         "rejected": rejected,
     }
-
-
-def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                yield json.loads(line)
 
 
 def _hub_rows(name: str, split: str) -> Iterable[dict[str, Any]]:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from reflectrm.judging.prompts import get_template, preference_messages
-from reflectrm.models import default_cache_dir, resolve_model
+from reflectrm.models import chat_template_kwargs, default_cache_dir, resolve_model
 from reflectrm.training.data import JudgedPair, judged_from_json, read_items
 from reflectrm.training.export import build_manifest, export_checkpoint, file_sha256
 
@@ -76,7 +76,7 @@ def warmup(settings: WarmupSettings, judgments: Path, cache_dir: Path | None = N
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import SFTConfig, SFTTrainer
 
-    from reflectrm.training.grpo import _metrics_callback, chat_kwargs
+    from reflectrm.training.grpo import _metrics_callback
 
     judged = [judged_from_json(r) for r in read_items(judgments)]
     examples = warmup_examples(judged, settings, random.Random(settings.seed))
@@ -115,8 +115,8 @@ def warmup(settings: WarmupSettings, judgments: Path, cache_dir: Path | None = N
         save_strategy="no",
         report_to="none",
         seed=settings.seed,
-        dataset_kwargs={"chat_template_kwargs": chat_kwargs(tokenizer)}
-        if chat_kwargs(tokenizer)
+        dataset_kwargs={"chat_template_kwargs": chat_template_kwargs(tokenizer)}
+        if chat_template_kwargs(tokenizer)
         else None,
     )
     dataset = Dataset.from_list([{k: e[k] for k in ("prompt", "completion")} for e in examples])
