@@ -14,11 +14,11 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from reflectrm.judging.judge import Judge, consistent, swapped
+from reflectrm.judging.judge import Interrupted, Judge, consistent, run_until, swapped
 from reflectrm.judging.types import JudgeRequest, Judgment
 from reflectrm.metrics import Metrics, SwapResult
 
@@ -50,15 +50,15 @@ class _Check:
     request_id: str
 
 
-class _Preempted(Exception):
-    """Live load reached the threshold while a check was running."""
-
-
-def result_of(original: Judgment, swap: Judgment) -> SwapResult:
-    agreed = consistent(original, swap)
+def swap_result(agreed: bool | None) -> SwapResult:
+    """How a swap check counts: None means one of the two orders had no verdict."""
     if agreed is None:
         return "no_verdict"
     return "consistent" if agreed else "inconsistent"
+
+
+def result_of(original: Judgment, swap: Judgment) -> SwapResult:
+    return swap_result(consistent(original, swap))
 
 
 class SwapChecker:
@@ -77,6 +77,10 @@ class SwapChecker:
     @property
     def pending(self) -> int:
         return len(self._pending)
+
+    async def _busy(self) -> bool:
+        """Live load at which a running check gives way (it is cancelled)."""
+        return self._live_load() >= self.config.busy_in_flight
 
     @property
     def running(self) -> int:
@@ -125,8 +129,8 @@ class SwapChecker:
         work = check.judge.judge(swapped(check.request), f"{check.request_id}-swapcheck")
         try:
             async with asyncio.timeout(self.config.timeout_s):
-                swap = await self._yielding_to_live_traffic(work)
-        except _Preempted:
+                swap = await run_until(work, self._busy, self.config.poll_s)
+        except Interrupted:
             self._metrics.swap_check_dropped("preempted")
         except asyncio.CancelledError:
             self._metrics.swap_check_dropped("shutdown")
@@ -141,21 +145,6 @@ class SwapChecker:
             result = result_of(check.original, swap)
             self._metrics.observe_swap_check("sampled", result)
             log.info("swap check of %s: %s", check.request_id, result)
-
-    async def _yielding_to_live_traffic(self, work: Awaitable[T]) -> T:
-        task = asyncio.ensure_future(work)
-        try:
-            while True:
-                done, _ = await asyncio.wait({task}, timeout=self.config.poll_s)
-                if done:
-                    return task.result()
-                if self._live_load() >= self.config.busy_in_flight:
-                    raise _Preempted
-        finally:
-            if not task.done():
-                task.cancel()  # aborts the check's engine requests
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
 
     async def close(self) -> None:
         """Drop what is queued and cancel what runs (before the engine shuts down)."""

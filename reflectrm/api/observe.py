@@ -12,7 +12,8 @@ from fastapi import HTTPException
 
 from reflectrm.api import schemas
 from reflectrm.api.state import ServiceState
-from reflectrm.metrics import SwapResult, outcome_of_status
+from reflectrm.consistency import swap_result
+from reflectrm.metrics import outcome_of_status
 
 Endpoint = Callable[..., Awaitable[schemas.JudgeResponse]]
 
@@ -40,10 +41,7 @@ def observed(endpoint: Endpoint) -> Endpoint:
             raise
         metrics.observe_request(body.mode, response.outcome, time.monotonic() - started)
         if body.check_swap:
-            result: SwapResult = "no_verdict"
-            if response.consistent is not None:
-                result = "consistent" if response.consistent else "inconsistent"
-            metrics.observe_swap_check("requested", result)
+            metrics.observe_swap_check("requested", swap_result(response.consistent))
         return response
 
     return wrapper

@@ -7,8 +7,8 @@ import logging
 import secrets
 import time
 import uuid
-from collections.abc import Awaitable
-from typing import TypeVar
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import JSONResponse, Response
@@ -19,10 +19,12 @@ from reflectrm.api.state import JudgeDep, StateDep
 from reflectrm.engines.base import EngineError
 from reflectrm.judging import types
 from reflectrm.judging.judge import (
+    Interrupted,
     Judge,
     PromptTooLongError,
     consistent,
     gather_all,
+    run_until,
     swapped,
     unswap_winner,
 )
@@ -87,21 +89,13 @@ def to_request(body: schemas.JudgeRequest, settings: Settings) -> types.JudgeReq
     )
 
 
-async def _until_disconnected(request: Request, work: Awaitable[T]) -> T:
+async def _until_disconnected(request: Request, work: Coroutine[Any, Any, T]) -> T:
     """Run ``work``; if the client goes away first, cancel it (which aborts its engine requests)."""
-    task = asyncio.ensure_future(work)
     try:
-        while True:
-            done, _ = await asyncio.wait({task}, timeout=1.0)
-            if done:
-                return task.result()
-            if await request.is_disconnected():
-                log.info("client disconnected; aborting its judgment")
-                raise HTTPException(499, detail="client disconnected")
-    finally:
-        # Also on a deadline: the caller's cancellation must reach the engine requests.
-        if not task.done():
-            task.cancel()
+        return await run_until(work, request.is_disconnected, poll_s=1.0)
+    except Interrupted:
+        log.info("client disconnected; aborting its judgment")
+        raise HTTPException(499, detail="client disconnected") from None
 
 
 async def _judge(judge: Judge, request: types.JudgeRequest, request_id: str, check_swap: bool):

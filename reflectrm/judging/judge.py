@@ -7,10 +7,11 @@ decision the paper leaves open is a ``JudgeConfig`` field or a named constant he
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import random
 import time
-from collections.abc import Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
@@ -263,6 +264,31 @@ async def gather_all(awaitables: Sequence[Coroutine[Any, Any, T]]) -> list[T]:
     except BaseExceptionGroup as group_error:
         raise group_error.exceptions[0] from None
     return [t.result() for t in tasks]
+
+
+class Interrupted(Exception):
+    """``run_until`` stopped the work because its condition came true first."""
+
+
+async def run_until(
+    work: Coroutine[Any, Any, T], stop: Callable[[], Awaitable[bool]], poll_s: float
+) -> T:
+    """Run ``work``, checking ``stop`` every ``poll_s`` seconds; when it is true, cancel the work
+    (which aborts its engine requests) and raise Interrupted. Cancelled from outside (a
+    deadline), the work is cancelled too."""
+    task = asyncio.ensure_future(work)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=poll_s)
+            if done:
+                return task.result()
+            if await stop():
+                raise Interrupted
+    finally:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
 
 
 def choose_anchor(parsed: Sequence[Candidate]) -> Candidate:
