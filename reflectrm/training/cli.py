@@ -86,19 +86,19 @@ def _add_build(commands: Any) -> None:
     p.set_defaults(func=run_build)
 
 
+def _add_overrides(p: Any, help_text: str) -> None:
+    """``--set KEY=VALUE`` (repeatable) and the ``--output-dir`` shortcut."""
+    p.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=help_text
+    )
+    p.add_argument("--output-dir", help="shortcut for --set output_dir=...")
+
+
 def _add_grpo(commands: Any) -> None:
     p = commands.add_parser("grpo", help="GRPO training, then export a servable checkpoint")
     p.add_argument("--data", required=True, type=Path, help="train.jsonl written by build-data")
     p.add_argument("--config", type=Path, help="YAML settings (default: the paper's values)")
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override one setting, e.g. --set lora=true (repeatable)",
-    )
-    p.add_argument("--output-dir", help="shortcut for --set output_dir=...")
+    _add_overrides(p, "override one setting, e.g. --set lora=true (repeatable)")
     p.set_defaults(func=run_grpo)
 
 
@@ -109,15 +109,7 @@ def _add_warmup(commands: Any) -> None:
         "models that never write the format; not in the paper)",
     )
     p.add_argument("--judgments", required=True, type=Path, help="judgments.jsonl of build-data")
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a WarmupSettings field, e.g. --set epochs=2 (repeatable)",
-    )
-    p.add_argument("--output-dir", help="shortcut for --set output_dir=...")
+    _add_overrides(p, "override a WarmupSettings field, e.g. --set epochs=2 (repeatable)")
     p.set_defaults(func=run_warmup)
 
 
