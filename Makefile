@@ -20,9 +20,9 @@ test-unit: setup
 	$(BIN)/python -m pytest tests/unit tests/api
 
 lint: setup
-	$(BIN)/ruff check reflectrm tests scripts benchmarks
-	$(BIN)/ruff format --check reflectrm tests scripts benchmarks
-	$(BIN)/mypy reflectrm
+	$(BIN)/ruff check service tests scripts loadtests
+	$(BIN)/ruff format --check service tests scripts loadtests
+	$(BIN)/mypy service/reflectrm
 
 eval: setup
 	$(BIN)/reflectrm eval $(ARGS)

@@ -25,7 +25,7 @@ WORKDIR /opt/reflectrm/src
 RUN pip install "vllm==0.32.*"
 
 COPY pyproject.toml README.md ./
-COPY reflectrm ./reflectrm
+COPY service ./service
 # The `train` extra adds TRL, PEFT and datasets. torchvision/torchaudio/torchcodec: not needed
 # for text and, built for another torch, they break `import transformers`; the import check
 # fails the build if the environment is broken.
