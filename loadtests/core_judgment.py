@@ -17,9 +17,10 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from reflectrm.app import default_engine
+from reflectrm.engines import open_engine
 from reflectrm.judging.judge import Judge, JudgeConfig
 from reflectrm.judging.types import JudgeRequest, Message
+from reflectrm.runtime import engine_config
 from reflectrm.settings import Settings
 
 DATA = (
@@ -120,7 +121,7 @@ async def main(args: argparse.Namespace) -> None:
     settings = Settings(early_exit=args.early_exit)
     pairs = load_pairs(args.pairs, args.sample_seed)
     report: dict = {"pairs": args.pairs, "sample_seed": args.sample_seed}
-    async with default_engine(settings) as engine:
+    async with open_engine(engine_config(settings)) as engine:
         report["parse"] = [
             await parse_rate(engine, pairs, enforce, args.parse_max_tokens)
             for enforce in (True, False)

@@ -10,11 +10,13 @@ from contextlib import AbstractAsyncContextManager
 
 from fastapi import FastAPI
 
+from reflectrm.api import errors
 from reflectrm.api.routes import router
 from reflectrm.api.state import ServiceState
+from reflectrm.engines import open_engine
 from reflectrm.engines.base import Engine
 from reflectrm.instrumentation import MeteredJudge
-from reflectrm.judging.judge import JudgeConfig
+from reflectrm.runtime import engine_config, judge_config
 from reflectrm.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -22,28 +24,9 @@ log = logging.getLogger(__name__)
 EngineFactory = Callable[[Settings], AbstractAsyncContextManager[Engine]]
 
 
-def judge_config(settings: Settings) -> JudgeConfig:
-    return JudgeConfig(
-        template_version=settings.template_version,
-        temperature=settings.temperature,
-        enforce_format=settings.enforce_format,
-        max_analysis_chars=settings.max_analysis_chars,
-        early_exit=settings.early_exit,
-        seeded_sampling=settings.seeded_sampling,
-    )
-
-
-@contextlib.asynccontextmanager
-async def default_engine(settings: Settings) -> AsyncIterator[Engine]:
-    """The vLLM engine for the configured model (the default model is prepared first)."""
-    from reflectrm.engines.vllm_engine import vllm_engine
-    from reflectrm.models import resolve_model
-
-    path = await asyncio.to_thread(
-        resolve_model, settings.model, settings.cache_dir, settings.template_version
-    )
-    async with vllm_engine(settings, path) as engine:
-        yield engine
+def default_engine(settings: Settings) -> AbstractAsyncContextManager[Engine]:
+    """The configured engine, opened through the one engine factory."""
+    return open_engine(engine_config(settings))
 
 
 def create_app(
@@ -78,6 +61,7 @@ def create_app(
             try:
                 yield
             finally:
+                state.admission.close("the service is shutting down; retry on another replica")
                 await state.swap_checks.close()  # before the engine shuts down
                 if loader is not None and not loader.done():
                     loader.cancel()
@@ -93,4 +77,5 @@ def create_app(
     )
     app.state.reflectrm = state
     app.include_router(router)
+    errors.install(app)
     return app

@@ -68,9 +68,11 @@ def _judge_body(args: argparse.Namespace) -> dict[str, Any]:
 async def _judge_in_process(body: dict[str, Any], settings: Settings) -> tuple[int, Any]:
     import httpx
 
-    from reflectrm.app import create_app, default_engine
+    from reflectrm.app import create_app
+    from reflectrm.engines import open_engine
+    from reflectrm.runtime import engine_config
 
-    async with default_engine(settings) as engine:
+    async with open_engine(engine_config(settings)) as engine:
         app = create_app(settings, engine=engine)
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://cli") as client:

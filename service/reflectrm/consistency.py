@@ -18,7 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from reflectrm.judging.judge import Interrupted, Judge, consistent, run_until, swapped
+from reflectrm.aio import Interrupted, run_until
+from reflectrm.judging.judge import Judge, consistent, swapped
 from reflectrm.judging.types import JudgeRequest, Judgment
 from reflectrm.metrics import Metrics, SwapResult
 

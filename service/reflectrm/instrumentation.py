@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from reflectrm.engines.base import Engine, GenerationResult, Prompt, SamplingSpec
-from reflectrm.judging.judge import Judge, JudgeConfig, PreparedJudgment, stage_of
+from reflectrm.engines.request_ids import stage_of
+from reflectrm.judging.judge import Judge, JudgeConfig, PreparedJudgment
 from reflectrm.judging.types import Judgment
 from reflectrm.metrics import Metrics
 

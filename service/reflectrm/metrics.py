@@ -26,7 +26,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from reflectrm.engines.base import GenerationResult
-from reflectrm.judging.judge import Stage
+from reflectrm.engines.request_ids import Stage
 from reflectrm.judging.types import Judgment
 
 PREFIX = "reflectrm_"
@@ -39,7 +39,7 @@ REQUEST_OUTCOMES = (
     "no_verdict",
     "invalid",  # 422 raised by the route (a limit that depends on settings)
     "too_long",  # 413
-    "rejected",  # 429, too many in flight
+    "rejected",  # 429, no slot within the admission queue's bounds
     "disconnected",  # 499, the client went away
     "unavailable",  # 503, the engine stopped
     "timeout",  # 504
@@ -60,6 +60,9 @@ DropReason = Literal["queue_full", "busy", "preempted", "shutdown"]
 LATENCY_BUCKETS_S = (
     0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0,
     180.0, 300.0, 600.0, 900.0,
+)  # fmt: skip
+QUEUE_WAIT_BUCKETS_S = (
+    0.0, 0.01, 0.05, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
 )  # fmt: skip
 # |votes_1 - votes_2| / voters: 0 is a tie (broken by confidence), 1 is unanimous.
 MARGIN_BUCKETS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
@@ -107,7 +110,18 @@ class Metrics:
         )
         self.in_flight = Gauge(
             f"{PREFIX}judgments_in_flight",
-            "Judgment requests being served now.",
+            "Judgments holding an admission slot now.",
+            registry=r,
+        )
+        self.queued = Gauge(
+            f"{PREFIX}judgments_queued",
+            "Judgments waiting for an admission slot now.",
+            registry=r,
+        )
+        self.queue_wait = Histogram(
+            f"{PREFIX}queue_wait_seconds",
+            "Time an admitted judgment waited for its slot.",
+            buckets=QUEUE_WAIT_BUCKETS_S,
             registry=r,
         )
         self.runs = Counter(
@@ -215,8 +229,12 @@ class Metrics:
 
     # --- recording ------------------------------------------------------------------------------
 
-    def track_in_flight(self, read: Callable[[], int]) -> None:
-        self.in_flight.set_function(lambda: float(read()))
+    def track_admission(self, in_flight: Callable[[], int], queued: Callable[[], int]) -> None:
+        self.in_flight.set_function(lambda: float(in_flight()))
+        self.queued.set_function(lambda: float(queued()))
+
+    def observe_queue_wait(self, seconds: float) -> None:
+        self.queue_wait.observe(seconds)
 
     def track_swap_checks(self, pending: Callable[[], int], running: Callable[[], int]) -> None:
         self.swap_checks_pending.set_function(lambda: float(pending()))

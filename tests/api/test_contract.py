@@ -185,11 +185,11 @@ def test_openapi_documents_examples_and_errors(client: TestClient):
 
 def test_too_many_in_flight_is_429_with_retry_after():
     engine = mixed_engine(delay_s=0.5)
-    with client_for(engine, max_concurrent_judgments=1) as c:
-        state = c.app.state.reflectrm
-        state.in_flight = 1  # one judgment already running
+    with client_for(engine, max_concurrent_judgments=1, max_queued_judgments=0) as c:
+        admission = c.app.state.reflectrm.admission
+        admission._in_flight = 1  # one judgment already holds the only slot; no queue
         r = c.post("/v1/judge", json=GOOD)
         assert r.status_code == 429 and r.headers["retry-after"] == "5"
         assert "REFLECTRM_MAX_CONCURRENT_JUDGMENTS" in r.json()["detail"]
-        state.in_flight = 0
+        admission._in_flight = 0
         assert c.post("/v1/judge", json=GOOD).status_code == 200

@@ -172,7 +172,8 @@ def test_errors_are_counted_by_outcome(settings, engine_kw, body, status, outcom
 
 def test_rejected_requests_and_in_flight():
     engine = slow_engine(delay_s=1.0)
-    with TestClient(create_app(Settings(max_concurrent_judgments=1), engine=engine)) as c:
+    settings = Settings(max_concurrent_judgments=1, max_queued_judgments=0)
+    with TestClient(create_app(settings, engine=engine)) as c:
         first = threading.Thread(target=lambda: c.post("/v1/judge", json=GOOD))
         first.start()
         deadline = time.monotonic() + 5

@@ -22,8 +22,10 @@ import httpx
 import pytest
 import uvicorn
 
-from reflectrm.app import create_app, default_engine
+from reflectrm.app import create_app
+from reflectrm.engines import open_engine
 from reflectrm.engines.base import Engine, GenerationResult, Prompt, SamplingSpec
+from reflectrm.runtime import engine_config
 from reflectrm.settings import Settings
 
 T = TypeVar("T")
@@ -80,7 +82,7 @@ class LiveService:
             self._ready.set()
 
     async def _serve(self) -> None:
-        async with default_engine(self.settings) as engine:
+        async with open_engine(engine_config(self.settings)) as engine:
             self.engine = engine
             self.app = create_app(self.settings, engine=engine)
             config = uvicorn.Config(

@@ -8,11 +8,11 @@ import json
 import httpx
 import pytest
 
-from reflectrm.app import judge_config
 from reflectrm.evaluation import cli, records, report
 from reflectrm.evaluation.benchmarks import JUDGEBENCH, REWARDBENCH, Pair, load_dataset
 from reflectrm.evaluation.runner import EngineBackend, HttpBackend, pending, plan, run_units
 from reflectrm.judging.judge import Judge
+from reflectrm.runtime import judge_config
 from tests.conftest import SHARED_DATA
 from tests.e2e.conftest import E2E_MAX_TOKENS
 

@@ -142,15 +142,20 @@ def fake_engine(monkeypatch):
     starts = []
 
     @contextlib.asynccontextmanager
-    async def engine(settings):
-        starts.append(settings.model)
+    async def engine(config):
+        starts.append(config.model)
         yield scripted_engine()
 
-    monkeypatch.setattr("reflectrm.app.default_engine", engine)
+    monkeypatch.setattr(cli, "open_engine", engine)
+    monkeypatch.setattr(cli, "resolve", lambda config: config)
     monkeypatch.setattr(
         cli,
         "_engine_fingerprint",
-        lambda settings: {"backend": "in-process", "model": "scripted", "template_version": "v1"},
+        lambda settings, engine: {
+            "backend": "in-process",
+            "model": "scripted",
+            "template_version": "v1",
+        },
     )
     return starts
 

@@ -7,7 +7,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from reflectrm.judging.types import Judgment, Mode
+from reflectrm.judging.judge import consistent, unswap_winner
+from reflectrm.judging.types import Judgment, Mode, Outcome
 
 # Larger than any model context in characters; bounds the work spent before the 413 check.
 MAX_TEXT_CHARS = 1_000_000
@@ -146,7 +147,7 @@ class JudgeResponse(BaseModel):
     scores: tuple[float, float] = Field(
         description="Vote shares of response 1 and 2 (sum to 1): usable as pairwise rewards."
     )
-    outcome: Literal["verdict", "no_verdict"]
+    outcome: Outcome
     mode: Mode
     analysis: str | None = Field(
         description="The most confident analysis agreeing with the winner."
@@ -207,4 +208,46 @@ def trace_of(j: Judgment) -> JudgmentTrace:
         winner_group=list(t.winner_group),
         voters=list(t.voters),
         anchor_added=t.anchor_added,
+    )
+
+
+def judge_response(
+    judgment: Judgment,
+    swap: Judgment | None,
+    *,
+    request_id: str,
+    latency_ms: float,
+    model: str,
+    template_version: str,
+    with_trace: bool,
+) -> JudgeResponse:
+    """The response body of a judgment (and of its swapped-order twin, when one was run)."""
+    usage = judgment.usage + swap.usage if swap else judgment.usage
+    failures = judgment.stage1_parse_failures + judgment.reflection_parse_failures
+    if swap:
+        failures += swap.stage1_parse_failures + swap.reflection_parse_failures
+    return JudgeResponse(
+        winner=judgment.winner,
+        scores=judgment.scores,
+        outcome=judgment.outcome,
+        mode=judgment.mode,
+        analysis=judgment.analysis,
+        votes=judgment.votes,
+        early_exit=judgment.early_exit,
+        consistent=consistent(judgment, swap) if swap else None,
+        swapped_winner=unswap_winner(swap.winner) if swap else None,
+        parse_failures=failures,
+        usage=Usage(
+            prompt_tokens=usage.prompt_tokens,
+            generated_tokens=usage.generated_tokens,
+            engine_requests=usage.engine_requests,
+            cached_prompt_tokens=usage.cached_prompt_tokens,
+        ),
+        latency_ms=latency_ms,
+        model=model,
+        template_version=template_version,
+        request_id=request_id,
+        seed=judgment.seed,
+        trace=trace_of(judgment) if with_trace else None,
+        swapped_trace=trace_of(swap) if (swap and with_trace) else None,
     )

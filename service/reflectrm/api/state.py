@@ -7,6 +7,7 @@ from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request
 
+from reflectrm.api.admission import Admission
 from reflectrm.consistency import SwapCheckConfig, SwapChecker
 from reflectrm.judging.judge import Judge
 from reflectrm.metrics import Metrics
@@ -19,12 +20,19 @@ class ServiceState:
     judge: Judge | None = None
     # Why the engine is not serving (still loading, failed to load); None once ready.
     unavailable: str | None = "the engine is loading; retry when GET /ready answers 200"
-    in_flight: int = 0
     metrics: Metrics = field(default_factory=Metrics)
+    admission: Admission = field(init=False)
     swap_checks: SwapChecker = field(init=False)
 
     def __post_init__(self) -> None:
-        self.metrics.track_in_flight(lambda: self.in_flight)
+        s = self.settings
+        self.admission = Admission(
+            s.max_concurrent_judgments, s.max_queued_judgments, s.queue_timeout_s
+        )
+        self.admission.on_wait = self.metrics.observe_queue_wait
+        self.metrics.track_admission(
+            lambda: self.admission.in_flight, lambda: self.admission.queued
+        )
         config = SwapCheckConfig(
             fraction=self.settings.swap_check_fraction,
             max_pending=self.settings.swap_check_max_pending,
@@ -32,7 +40,11 @@ class ServiceState:
             busy_in_flight=self.settings.swap_check_busy_in_flight,
             timeout_s=self.settings.request_timeout_s,
         )
-        self.swap_checks = SwapChecker(config, self.metrics, live_load=lambda: self.in_flight)
+        self.swap_checks = SwapChecker(config, self.metrics, live_load=self.live_load)
+
+    def live_load(self) -> int:
+        """Live judgments running or waiting for a slot."""
+        return self.admission.in_flight + self.admission.queued
 
 
 def get_state(request: Request) -> ServiceState:

@@ -17,8 +17,8 @@ from reflectrm.engines.base import (
     Prompt,
     SamplingSpec,
 )
-from reflectrm.models import chat_template_kwargs
-from reflectrm.settings import Settings
+from reflectrm.engines.chat import chat_template_kwargs
+from reflectrm.engines.config import EngineConfig
 
 log = logging.getLogger(__name__)
 
@@ -31,37 +31,38 @@ def vllm_is_cpu_build() -> bool:
     return bool(current_platform.is_cpu())
 
 
-def engine_args(settings: Settings, model_path: str) -> Any:
-    """AsyncEngineArgs from settings, with working defaults for a small CPU machine."""
+def engine_args(config: EngineConfig) -> Any:
+    """AsyncEngineArgs for a resolved config, with working defaults for a small CPU machine."""
     from vllm.engine.arg_utils import AsyncEngineArgs
 
-    on_cpu = settings.device == "cpu" or (settings.device == "auto" and vllm_is_cpu_build())
-    dtype = settings.dtype
+    model_path = config.model
+    on_cpu = config.device == "cpu" or (config.device == "auto" and vllm_is_cpu_build())
+    dtype = config.dtype
     if dtype == "auto" and on_cpu:
         dtype = "float32"  # bf16 runs ~5x slower on CPUs without bf16 matmul
     kwargs: dict[str, Any] = {
         "model": model_path,
         # The name responses report, also the `model_name` label of the engine's vllm: metrics.
-        "served_model_name": settings.served_model_name or _name_of(model_path),
+        "served_model_name": config.served_model_name or _name_of(model_path),
         "dtype": dtype,
-        "max_model_len": settings.max_model_len,
-        "enable_prefix_caching": settings.enable_prefix_caching,
-        "max_num_seqs": settings.max_num_seqs,
-        "tensor_parallel_size": settings.tensor_parallel_size,
-        "enforce_eager": on_cpu if settings.enforce_eager is None else settings.enforce_eager,
+        "max_model_len": config.max_model_len,
+        "enable_prefix_caching": config.enable_prefix_caching,
+        "max_num_seqs": config.max_num_seqs,
+        "tensor_parallel_size": config.tensor_parallel_size,
+        "enforce_eager": on_cpu if config.enforce_eager is None else config.enforce_eager,
         "disable_log_stats": False,
     }
     if on_cpu:
-        kwargs["kv_cache_memory_bytes"] = int(settings.kv_cache_gib * GIB)
-        chunked = settings.enable_chunked_prefill
+        kwargs["kv_cache_memory_bytes"] = int(config.kv_cache_gib * GIB)
+        chunked = config.enable_chunked_prefill
         kwargs["enable_chunked_prefill"] = False if chunked is None else chunked
         if not kwargs["enable_chunked_prefill"]:
             # Without chunking a whole prompt must fit in one scheduler step.
-            kwargs["max_num_batched_tokens"] = max(settings.max_model_len or 8192, 8192)
+            kwargs["max_num_batched_tokens"] = max(config.max_model_len or 8192, 8192)
     else:
-        kwargs["gpu_memory_utilization"] = settings.gpu_memory_utilization
-        if settings.enable_chunked_prefill is not None:
-            kwargs["enable_chunked_prefill"] = settings.enable_chunked_prefill
+        kwargs["gpu_memory_utilization"] = config.gpu_memory_utilization
+        if config.enable_chunked_prefill is not None:
+            kwargs["enable_chunked_prefill"] = config.enable_chunked_prefill
     return AsyncEngineArgs(**kwargs)
 
 
@@ -147,19 +148,20 @@ def _generation(c: Any) -> Generation:
 
 
 @contextlib.asynccontextmanager
-async def vllm_engine(settings: Settings, model_path: str) -> AsyncIterator[VLLMEngine]:
-    """Start the engine, warm it up, and always shut it down."""
+async def vllm_engine(config: EngineConfig) -> AsyncIterator[VLLMEngine]:
+    """Start the engine for a resolved config, warm it up, and always shut it down."""
     from vllm.v1.engine.async_llm import AsyncLLM
 
     started = time.monotonic()
-    args = engine_args(settings, model_path)
+    model_path = config.model
+    args = engine_args(config)
     log.info("starting vLLM engine for %s", model_path)
     # Loading takes a minute or more; a thread keeps /health answering meanwhile.
     llm = await asyncio.to_thread(AsyncLLM.from_engine_args, args)
     try:
         tokenizer = llm.get_tokenizer()
         max_len = int(llm.model_config.max_model_len)
-        name = settings.served_model_name or _name_of(model_path)
+        name = config.served_model_name or _name_of(model_path)
         engine = VLLMEngine(llm, tokenizer, name, max_len)
         warm = engine.render_chat([{"role": "user", "content": "Hello"}])
         await engine.generate(warm, SamplingSpec(n=1, temperature=0.0, max_tokens=1), "warmup")

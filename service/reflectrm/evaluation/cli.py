@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import Any
 
+from reflectrm.engines import EngineConfig, open_engine, resolve
 from reflectrm.evaluation import records
 from reflectrm.evaluation.benchmarks import (
     BENCHMARKS,
@@ -36,6 +37,8 @@ from reflectrm.evaluation.runner import (
     plan,
     run_units,
 )
+from reflectrm.judging.judge import Judge
+from reflectrm.runtime import engine_config, judge_config, settings_for
 
 log = logging.getLogger(__name__)
 
@@ -346,12 +349,6 @@ def write_report(results_path: Path, out_dir: Path, resamples: int, seed: int) -
     return 0
 
 
-def _settings(args: argparse.Namespace) -> Any:
-    from reflectrm.settings import Settings
-
-    return Settings(**({"model": args.model} if args.model else {}))
-
-
 def judge_all(args: argparse.Namespace, results_path: Path) -> RunSummary | None:
     preset = PRESETS[args.preset] if args.preset else None
     both_orders = (
@@ -361,7 +358,7 @@ def judge_all(args: argparse.Namespace, results_path: Path) -> RunSummary | None
     )
     if args.concurrency < 1:
         raise UsageError("--concurrency must be at least 1")
-    settings = _settings(args)
+    settings = settings_for(args.model)
     n = args.num_candidates or settings.num_candidates
     max_tokens = args.max_tokens or settings.max_tokens
     modes = selected_modes(args)
@@ -394,17 +391,16 @@ def judge_all(args: argparse.Namespace, results_path: Path) -> RunSummary | None
     )
     if args.url:
         return asyncio.run(_judge_http(args, header, existing, results_path, todo))
-    header.update(_engine_fingerprint(settings))
+    engine = resolve(engine_config(settings))  # resolved once, before judging and for the header
+    header.update(_engine_fingerprint(settings, engine))
     records.check_compatible(existing, header, results_path)
     if not todo:
         return None
-    return asyncio.run(_judge_in_process(args, settings, header, results_path, todo))
+    return asyncio.run(_judge_in_process(args, settings, engine, header, results_path, todo))
 
 
-def _engine_fingerprint(settings: Any) -> dict[str, Any]:
-    from reflectrm.models import resolve_model
-
-    path = resolve_model(settings.model, settings.cache_dir, settings.template_version)
+def _engine_fingerprint(settings: Any, engine: EngineConfig) -> dict[str, Any]:
+    path = engine.model
     return {
         "backend": "in-process",
         "model": settings.served_model_name or PurePath(path).name or path,
@@ -433,14 +429,12 @@ def _finish(writer: records.Writer, summary: RunSummary) -> None:
 async def _judge_in_process(
     args: argparse.Namespace,
     settings: Any,
+    engine_cfg: EngineConfig,
     header: dict[str, Any],
     results_path: Path,
     todo: list[Unit],
 ) -> RunSummary:
-    from reflectrm.app import default_engine, judge_config
-    from reflectrm.judging.judge import Judge
-
-    async with default_engine(settings) as engine:
+    async with open_engine(engine_cfg) as engine:
         backend = EngineBackend(Judge(engine, judge_config(settings)))
         with records.Writer(results_path) as writer:
             writer.write(header)

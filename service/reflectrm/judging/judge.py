@@ -7,15 +7,15 @@ decision the paper leaves open is a ``JudgeConfig`` field or a named constant he
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import random
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
 
+from reflectrm.aio import gather_all
 from reflectrm.engines.base import Engine, Generation, Prompt, SamplingSpec
+from reflectrm.engines.request_ids import reflection_request_id, rollout_request_id
 from reflectrm.judging.confidence import bottom_fraction_confidence
 from reflectrm.judging.parsing import parse_output
 from reflectrm.judging.prompts import (
@@ -39,7 +39,6 @@ from reflectrm.judging.types import (
 # Tokens kept free for the closing tags and the verdict sentence when the analysis is bounded.
 VERDICT_RESERVE_TOKENS = 24
 STOP = ("</Result>",)
-T = TypeVar("T")
 REFLECTION_MARGIN_TOKENS = 16
 
 
@@ -234,61 +233,6 @@ class Judge:
                 )
             )
         return tuple(reflections), usage
-
-
-Stage = Literal["rollouts", "reflections"]
-
-
-def rollout_request_id(request_id: str) -> str:
-    return f"{request_id}-s1"
-
-
-def reflection_request_id(request_id: str, candidate: int) -> str:
-    return f"{request_id}-r{candidate}"
-
-
-def stage_of(engine_request_id: str) -> Stage:
-    """The stage an engine request belongs to, from the ids this module gives them."""
-    head, _, tail = engine_request_id.rpartition("-")
-    if head and tail.startswith("r") and tail[1:].isdigit():
-        return "reflections"
-    return "rollouts"
-
-
-async def gather_all(awaitables: Sequence[Coroutine[Any, Any, T]]) -> list[T]:
-    """Run concurrently. The first failure cancels the others and is raised as itself, not
-    wrapped in an ExceptionGroup, so callers can map it (e.g. a dead engine to 503)."""
-    try:
-        async with asyncio.TaskGroup() as group:
-            tasks = [group.create_task(a) for a in awaitables]
-    except BaseExceptionGroup as group_error:
-        raise group_error.exceptions[0] from None
-    return [t.result() for t in tasks]
-
-
-class Interrupted(Exception):
-    """``run_until`` stopped the work because its condition came true first."""
-
-
-async def run_until(
-    work: Coroutine[Any, Any, T], stop: Callable[[], Awaitable[bool]], poll_s: float
-) -> T:
-    """Run ``work``, checking ``stop`` every ``poll_s`` seconds; when it is true, cancel the work
-    (which aborts its engine requests) and raise Interrupted. Cancelled from outside (a
-    deadline), the work is cancelled too."""
-    task = asyncio.ensure_future(work)
-    try:
-        while True:
-            done, _ = await asyncio.wait({task}, timeout=poll_s)
-            if done:
-                return task.result()
-            if await stop():
-                raise Interrupted
-    finally:
-        if not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
 
 
 def choose_anchor(parsed: Sequence[Candidate]) -> Candidate:

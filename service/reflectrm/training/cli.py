@@ -18,7 +18,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from reflectrm.models import CheckpointError, resolve_model
+from reflectrm.engines import open_engine
+from reflectrm.models import CheckpointError
+from reflectrm.runtime import engine_config, settings_for
 from reflectrm.training.config import load_settings, parse_overrides, typed
 from reflectrm.training.data import BuildConfig, build, rebuild
 from reflectrm.training.pairs import load_pairs
@@ -163,12 +165,6 @@ def _build_config(args: argparse.Namespace) -> BuildConfig:
     )
 
 
-def _settings(model: str | None) -> Any:
-    from reflectrm.settings import Settings
-
-    return Settings(model=model) if model else Settings()
-
-
 @_friendly
 def run_build(args: argparse.Namespace) -> int:
     config = _build_config(args)
@@ -178,7 +174,7 @@ def run_build(args: argparse.Namespace) -> int:
         if not args.data:
             raise SystemExit("build-data needs --data (or --from-judgments)")
         pairs = load_pairs(args.data, args.split, args.limit)
-        settings = _settings(args.model)
+        settings = settings_for(args.model)
         config = BuildConfig(**{**config.__dict__, "template_version": settings.template_version})
         stats = asyncio.run(_build_with_engine(settings, pairs, config, args.out))
     print(json.dumps({k: v for k, v in stats.__dict__.items() if k != "extra"}, indent=2))
@@ -186,10 +182,7 @@ def run_build(args: argparse.Namespace) -> int:
 
 
 async def _build_with_engine(settings: Any, pairs: Any, config: BuildConfig, out: Path) -> Any:
-    from reflectrm.engines.vllm_engine import vllm_engine
-
-    path = resolve_model(settings.model, settings.cache_dir, settings.template_version)
-    async with vllm_engine(settings, path) as engine:
+    async with open_engine(engine_config(settings)) as engine:
         return await build(engine, pairs, config, out)
 
 
@@ -230,7 +223,7 @@ def run_check(args: argparse.Namespace) -> int:
     from reflectrm.training.check import CheckConfig
     from reflectrm.training.export import add_evaluation
 
-    settings = _settings(args.model)
+    settings = settings_for(args.model)
     pairs = load_pairs(args.pairs, limit=args.limit)
     config = CheckConfig(
         max_tokens=args.max_tokens,
@@ -249,11 +242,9 @@ def run_check(args: argparse.Namespace) -> int:
 
 
 async def _check_with_engine(settings: Any, pairs: Any, config: Any) -> dict[str, object]:
-    from reflectrm.engines.vllm_engine import vllm_engine
     from reflectrm.training.check import check
 
-    path = resolve_model(settings.model, settings.cache_dir, settings.template_version)
-    async with vllm_engine(settings, path) as engine:
+    async with open_engine(engine_config(settings)) as engine:
         result = await check(engine, pairs, config)
     return {"model": settings.model, **result.summary()}
 

@@ -1,0 +1,32 @@
+"""The one way to open an engine: resolve the model, start the backend, always shut it down."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+from collections.abc import AsyncIterator
+
+from reflectrm.engines.base import Engine
+from reflectrm.engines.config import EngineConfig
+from reflectrm.models import resolve_model
+
+
+def resolve(config: EngineConfig) -> EngineConfig:
+    """The config with ``model`` replaced by what the engine loads: the prepared default model,
+    a checked checkpoint folder, or a hub id. Idempotent; slow only the first time (conversion)."""
+    if config.resolved:
+        return config
+    path = resolve_model(config.model, config.cache_dir, config.template_version)
+    return dataclasses.replace(config, model=path, resolved=True)
+
+
+@contextlib.asynccontextmanager
+async def open_engine(config: EngineConfig) -> AsyncIterator[Engine]:
+    """Start the configured engine (the default model is prepared first) and shut it down on
+    exit, whatever happens inside."""
+    from reflectrm.engines.vllm_engine import vllm_engine  # vLLM is heavy: load it on use
+
+    resolved = await asyncio.to_thread(resolve, config)
+    async with vllm_engine(resolved) as engine:
+        yield engine
