@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from fastapi.testclient import TestClient
@@ -193,3 +194,17 @@ def test_too_many_in_flight_is_429_with_retry_after():
         assert "REFLECTRM_MAX_CONCURRENT_JUDGMENTS" in r.json()["detail"]
         admission._in_flight = 0
         assert c.post("/v1/judge", json=GOOD).status_code == 200
+
+
+def test_a_burst_past_the_limit_waits_in_the_queue_and_every_call_is_answered():
+    engine = mixed_engine(delay_s=0.2)
+    with client_for(engine, max_concurrent_judgments=2) as c:
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            statuses = list(
+                pool.map(lambda _: c.post("/v1/judge", json=GOOD).status_code, range(8))
+            )
+        admission = c.app.state.reflectrm.admission
+        assert (admission.in_flight, admission.queued) == (0, 0)
+        metrics = c.get("/metrics").text
+    assert statuses == [200] * 8
+    assert "reflectrm_queue_wait_seconds_count 8.0" in metrics
