@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from reflectrm.judging.judge import consistent, unswap_winner
-from reflectrm.judging.types import Judgment, Mode, Outcome
+from reflectrm.judging.types import Judgment, Mode, Outcome, Role
 
 # Larger than any model context in characters; bounds the work spent before the 413 check.
 MAX_TEXT_CHARS = 1_000_000
@@ -16,7 +16,7 @@ MAX_TEXT_CHARS = 1_000_000
 
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    role: Literal["system", "user", "assistant"]
+    role: Role
     content: str = Field(..., min_length=1, max_length=MAX_TEXT_CHARS)
 
 
