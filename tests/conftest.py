@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-
 from reflectrm.engines.base import EngineError, Generation, GenerationResult, Prompt, SamplingSpec
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"

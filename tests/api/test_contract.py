@@ -7,9 +7,9 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from fastapi.testclient import TestClient
-
 from reflectrm.app import create_app
 from reflectrm.settings import Settings
+
 from tests.conftest import ScriptedEngine, judgment
 
 GOOD = {"prompt": "What is 2 + 2?", "responses": ["4", "5"]}

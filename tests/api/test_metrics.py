@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
-
 from reflectrm.app import create_app
 from reflectrm.metrics import Metrics
 from reflectrm.settings import Settings
+
 from tests.api.test_contract import GOOD, mixed_engine
 from tests.conftest import ScriptedEngine, judgment
 

@@ -9,12 +9,12 @@ from dataclasses import dataclass, field
 
 import pytest
 from fastapi.testclient import TestClient
-
 from reflectrm.app import create_app
 from reflectrm.consistency import SwapCheckConfig, SwapChecker
 from reflectrm.judging.types import JudgeRequest, Judgment, Message, Trace, Usage
 from reflectrm.metrics import Metrics
 from reflectrm.settings import Settings
+
 from tests.api.test_contract import GOOD
 from tests.api.test_metrics import Samples, parse, scrape, value
 from tests.conftest import ScriptedEngine, judgment

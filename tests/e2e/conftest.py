@@ -21,7 +21,6 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 import uvicorn
-
 from reflectrm.app import create_app, default_engine
 from reflectrm.engines.base import Engine, GenerationResult, Prompt, SamplingSpec
 from reflectrm.settings import Settings

@@ -19,8 +19,8 @@ import httpx
 import pytest
 import uvicorn
 import yaml
-
 from reflectrm.app import create_app
+
 from tests.api.test_metrics import DASHBOARDS, exposed, named_metrics, parse, value
 from tests.e2e.conftest import LiveService, e2e_settings, free_port
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
 from reflectrm.judging.judge import (
     Judge,
     JudgeConfig,
@@ -20,6 +19,7 @@ from reflectrm.judging.judge import (
     majority,
 )
 from reflectrm.judging.types import Candidate, JudgeRequest, Message
+
 from tests.conftest import ScriptedEngine, judgment
 
 CONV = (Message("user", "What is 2 + 2?"),)

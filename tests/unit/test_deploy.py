@@ -16,8 +16,8 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
-
 from reflectrm.settings import Settings
+
 from tests.conftest import SHARED_DATA
 
 ROOT = Path(__file__).resolve().parents[2]

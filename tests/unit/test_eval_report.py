@@ -6,10 +6,10 @@ import contextlib
 import json
 
 import pytest
-
 from reflectrm.evaluation import cli, records, report
 from reflectrm.evaluation.benchmarks import JUDGEBENCH, RMB
 from reflectrm.evaluation.records import Record
+
 from tests.unit.test_eval_runner import scripted_engine
 
 HELP = {"goal": "Helpfulness", "subset": "Helpfulness/Chat"}

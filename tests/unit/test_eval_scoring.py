@@ -6,7 +6,6 @@ import math
 
 import numpy as np
 import pytest
-
 from reflectrm.evaluation.benchmarks import JUDGEBENCH, PPE, REWARDBENCH, RMB, RMBENCH
 from reflectrm.evaluation.scoring import (
     REWARDBENCH_SECTIONS,

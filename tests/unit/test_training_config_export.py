@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from reflectrm.models import MANIFEST, CheckpointError, validate_checkpoint
 from reflectrm.training.cli import add_parser
 from reflectrm.training.config import load_settings, parse_overrides
 from reflectrm.training.export import build_manifest, export_checkpoint, read_manifest
 from reflectrm.training.warmup import WarmupSettings, warmup_examples
+
 from tests.unit.test_training_data import judged
 
 
