@@ -17,10 +17,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from reflectrm.evaluation.benchmarks import Pair
 from reflectrm.evaluation.records import Key, Record, Status, Writer
 from reflectrm.judging.judge import Judge, PromptTooLongError
 from reflectrm.judging.types import Ablation, JudgeRequest, Mode
+from reflectrm.pairs import Pair
 
 log = logging.getLogger(__name__)
 
@@ -98,8 +98,7 @@ class Unit:
 
     @property
     def responses(self) -> tuple[str, str]:
-        p = self.pair
-        return (p.chosen, p.rejected) if self.chosen_position == 1 else (p.rejected, p.chosen)
+        return self.pair.present(self.chosen_position).responses
 
 
 def plan(

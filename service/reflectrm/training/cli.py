@@ -21,7 +21,7 @@ from typing import Any
 from reflectrm.models import CheckpointError, resolve_model
 from reflectrm.training.config import load_settings, parse_overrides, typed
 from reflectrm.training.data import BuildConfig, build, rebuild
-from reflectrm.training.pairs import load_pairs
+from reflectrm.training.sources import load_pairs
 
 log = logging.getLogger("reflectrm.training")
 
