@@ -48,7 +48,7 @@ def default_model_dir(cache_dir: Path) -> Path:
     return cache_dir / "models" / f"{DEFAULT_MODEL_NAME}-f32"
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
     h = hashlib.sha256()
     with path.open("rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -103,7 +103,7 @@ def prepare_default_model(
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         work = Path(tmp) / "model"
         _convert(gguf, work)
-        weights = {p.name: _sha256(p) for p in sorted(work.glob("*.safetensors"))}
+        weights = {p.name: file_sha256(p) for p in sorted(work.glob("*.safetensors"))}
         record = {
             "source": WHEEL,
             "gguf": gguf.name,

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from reflectrm.judging.prompts import get_template
-from reflectrm.models import chat_template_kwargs, default_cache_dir, resolve_model
+from reflectrm.models import chat_template_kwargs, default_cache_dir, file_sha256, resolve_model
 from reflectrm.training.config import GRPOSettings
 from reflectrm.training.data import STATS_FILE, read_items
-from reflectrm.training.export import build_manifest, export_checkpoint, file_sha256
+from reflectrm.training.export import build_manifest, export_checkpoint
 from reflectrm.training.rewards import format_reward, verdict_reward
 
 log = logging.getLogger(__name__)

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from reflectrm.judging.prompts import get_template, preference_messages
-from reflectrm.models import chat_template_kwargs, default_cache_dir, resolve_model
+from reflectrm.models import chat_template_kwargs, default_cache_dir, file_sha256, resolve_model
 from reflectrm.training.data import JudgedPair, judged_from_json, read_items
-from reflectrm.training.export import build_manifest, export_checkpoint, file_sha256
+from reflectrm.training.export import build_manifest, export_checkpoint
 
 log = logging.getLogger(__name__)
 
