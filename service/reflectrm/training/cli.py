@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import functools
 import json
 import logging
@@ -208,17 +207,9 @@ def run_grpo(args: argparse.Namespace) -> int:
 
 @_friendly
 def run_warmup(args: argparse.Namespace) -> int:
-    import yaml
-
     from reflectrm.training.warmup import WarmupSettings, warmup
 
-    known = {f.name for f in dataclasses.fields(WarmupSettings)}
-    overrides: dict[str, Any] = {}
-    for pair in args.overrides:
-        key, sep, value = pair.partition("=")
-        if not sep or key not in known:
-            raise ValueError(f"--set expects KEY=VALUE with KEY one of {sorted(known)}: {pair!r}")
-        overrides[key] = yaml.safe_load(value)
+    overrides = parse_overrides(args.overrides, WarmupSettings)
     if args.output_dir:
         overrides["output_dir"] = args.output_dir
     print(warmup(WarmupSettings(**typed(WarmupSettings, overrides)), args.judgments))
