@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import functools
 import json
 import logging
@@ -23,7 +22,7 @@ from reflectrm.models import CheckpointError
 from reflectrm.runtime import engine_config, settings_for
 from reflectrm.training.config import load_settings, parse_overrides, typed
 from reflectrm.training.data import BuildConfig, build, rebuild
-from reflectrm.training.pairs import load_pairs
+from reflectrm.training.sources import load_pairs
 
 log = logging.getLogger("reflectrm.training")
 
@@ -201,17 +200,9 @@ def run_grpo(args: argparse.Namespace) -> int:
 
 @_friendly
 def run_warmup(args: argparse.Namespace) -> int:
-    import yaml
-
     from reflectrm.training.warmup import WarmupSettings, warmup
 
-    known = {f.name for f in dataclasses.fields(WarmupSettings)}
-    overrides: dict[str, Any] = {}
-    for pair in args.overrides:
-        key, sep, value = pair.partition("=")
-        if not sep or key not in known:
-            raise ValueError(f"--set expects KEY=VALUE with KEY one of {sorted(known)}: {pair!r}")
-        overrides[key] = yaml.safe_load(value)
+    overrides = parse_overrides(args.overrides, WarmupSettings)
     if args.output_dir:
         overrides["output_dir"] = args.output_dir
     print(warmup(WarmupSettings(**typed(WarmupSettings, overrides)), args.judgments))
