@@ -19,6 +19,7 @@ not be made.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ipaddress
 import json
 import os
@@ -26,8 +27,9 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -134,21 +136,65 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """Ignore SIGINT and SIGTERM for a while: a second Ctrl-C must not cut a stop short."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may set handlers
+        return
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def stop_process(proc: subprocess.Popen[Any], grace_s: Sequence[float] = (60.0, 30.0)) -> None:
     """SIGINT, then SIGTERM, each given its time; then SIGKILL to the process group the child
-    leads (it was started in its own session), so that no engine process is left behind."""
+    leads (it was started in its own session), so that no engine process is left behind.
+    Bounded by ``sum(grace_s)`` plus the kill; Ctrl-C does not interrupt it."""
+    with signals_held():
+        _stop(proc, grace_s)
+
+
+def _stop(proc: subprocess.Popen[Any], grace_s: Sequence[float]) -> None:
     for sig, wait_s in zip((signal.SIGINT, signal.SIGTERM), grace_s, strict=True):
         if proc.poll() is not None:
-            return
+            break
         proc.send_signal(sig)
         try:
             proc.wait(wait_s)
-            return
+            break
         except subprocess.TimeoutExpired:
             continue
     if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+    _end_group(proc.pid)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def _end_group(pgid: int, grace_s: float = 15.0) -> None:
+    """Processes left in the stopped child's group (an engine whose server crashed): SIGTERM,
+    then SIGKILL."""
+    if not _group_alive(pgid):
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and _group_alive(pgid):
+        time.sleep(0.5)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
 
 
 def _tail(path: Path, lines: int = 20) -> str:
@@ -309,7 +355,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = Path(args.out) if args.out else REPO / "runs" / "load" / f"{scenario.name}-{stamp}"
     out.mkdir(parents=True, exist_ok=True)
-    signal.signal(signal.SIGTERM, _raise_interrupt)  # the same clean stop as Ctrl-C
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _raise_interrupt)  # the same clean stop as Ctrl-C
     run: dict[str, Any] = {
         "scenario": scenario.name,
         "description": scenario.description,

@@ -221,3 +221,36 @@ def test_only_loopback_urls_without_allow_remote(url, loopback):
         with pytest.raises(SystemExit):
             run.parse_args(["--url", url])
         assert run.parse_args(["--url", url, "--allow-remote"]).url == url
+
+
+def test_stop_process_leaves_nothing_of_the_childs_group(tmp_path):
+    """A server that ignores SIGINT and SIGTERM, with a child of its own (as the engine is)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    pid_file = tmp_path / "grandchild.pid"
+    script = (
+        "import signal, subprocess, sys, time\n"
+        "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "child = subprocess.Popen([sys.executable, '-c', "
+        "'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)'])\n"
+        f"open({str(pid_file)!r}, 'w').write(str(child.pid))\n"
+        "time.sleep(120)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
+    for _ in range(200):
+        if pid_file.is_file() and pid_file.read_text():
+            break
+        subprocess.run(["sleep", "0.05"], check=True)
+    grandchild = int(pid_file.read_text())
+
+    run.stop_process(proc, grace_s=(0.2, 0.2))
+
+    assert proc.returncode == -signal.SIGKILL
+    with pytest.raises(ProcessLookupError):
+        os.killpg(proc.pid, 0)  # the group is empty: the grandchild was killed too
+    with pytest.raises(ProcessLookupError):
+        os.kill(grandchild, 0)
