@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reflectrm.evaluation.benchmarks import conversation_of, read_jsonl
+from reflectrm.pairs import conversation_of, read_rows
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_PAIRS = REPO.parent / "shared" / "data" / "benchmarks" / "rewardbench.jsonl.gz"
@@ -150,7 +150,7 @@ def load_pairs(path: str | Path | None, max_chars: int, seed: int) -> Pairs:
         file = Path(path)
         if not file.is_file():
             raise FileNotFoundError(f"no pairs file at {file}")
-        rows = list(read_jsonl(file))
+        rows = [row for _, row in read_rows(file)]
         source = str(file)
     kept = [r for r in rows if _usable(r) and _chars(r) <= max_chars]
     if not kept:
