@@ -8,6 +8,7 @@ from reflectrm.judging.debias import (
     average_scores,
     both_orders,
     combine,
+    flipped,
     single_order,
     unswap_scores,
     winner_of,
@@ -178,3 +179,10 @@ def test_pivot_gets_its_mean_over_all_its_comparisons():
     ]
     r = aggregate(["a", "b", "c"], results)
     assert [c.reward for c in r] == [0.75, pytest.approx(0.625), 0.0]
+
+
+def test_flipped_renumbers_everything():
+    d = flipped(both_orders(judged(2, (0.375, 0.625)), judged(1, (0.875, 0.125))))
+    assert d.scores == (0.75, 0.25) and d.winner == 1
+    assert d.order_winners == (1, 1) and d.order_scores == ((0.625, 0.375), (0.875, 0.125))
+    assert d.consistent is True and d.verdicts == 2

@@ -89,3 +89,15 @@ def both_orders(original: Judgment, swapped: Judgment) -> Debiased:
 def combine(original: Judgment, swapped: Judgment | None) -> Debiased:
     """The debiased answer from one order (``swapped`` None) or both."""
     return single_order(original) if swapped is None else both_orders(original, swapped)
+
+
+def flipped(d: Debiased) -> Debiased:
+    """The same answer with the two responses renumbered (1 <-> 2)."""
+    return Debiased(
+        scores=unswap_scores(d.scores),
+        winner=unswap_winner(d.winner),
+        verdicts=d.verdicts,
+        order_winners=tuple(unswap_winner(w) for w in d.order_winners),
+        order_scores=tuple(unswap_scores(s) for s in d.order_scores),
+        consistent=d.consistent,
+    )

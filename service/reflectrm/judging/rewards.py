@@ -111,5 +111,8 @@ def aggregate(
             continue
         mine = scores[i]
         reward = sum(mine) / len(mine) if mine else None
-        rewards.append(CompletionReward(i, reward, **counts[i]))
+        c = counts[i]
+        rewards.append(
+            CompletionReward(i, reward, c["wins"], c["losses"], c["ties"], c["no_verdict"])
+        )
     return rewards
