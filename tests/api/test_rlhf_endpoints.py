@@ -316,7 +316,7 @@ def test_get_reward_reply_as_openrlhf_reads_it():
         timeout = aiohttp.ClientTimeout(total=180)
         for _ in range(try_max_times):
             try:
-                async with aiohttp.ClientSession(timeout=timeout) as session:
+                async with aiohttp.ClientSession(timeout=timeout) as session:  # noqa: SIM117
                     async with session.post(url, json=data) as response:
                         response.raise_for_status()
                         return await response.json()

@@ -23,13 +23,16 @@ from reflectrm.api.call import Call, Recorder
 from reflectrm.judging import types
 from reflectrm.judging.debias import Debias, Debiased, both_orders, flipped, single_order
 from reflectrm.judging.judge import PromptTooLongError, swapped
-from reflectrm.judging.rewards import Comparison, CompletionReward, Strategy, aggregate, plan
+from reflectrm.judging.rewards import (
+    NO_VERDICT_REWARD,
+    Comparison,
+    CompletionReward,
+    Strategy,
+    aggregate,
+    plan,
+)
 from reflectrm.metrics import outcome_of_status
 from reflectrm.settings import Settings
-
-# OpenRLHF and verl need a number for every sample: no verdict is reported as a neutral reward.
-NO_VERDICT_REWARD = 0.5
-
 
 # --- requests --------------------------------------------------------------------------------
 

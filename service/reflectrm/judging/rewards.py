@@ -23,6 +23,9 @@ from reflectrm.judging.debias import Debiased
 Strategy = Literal["reference", "pivot", "round_robin"]
 STRATEGIES: tuple[Strategy, ...] = ("reference", "pivot", "round_robin")
 EMPTY_REWARD = 0.0
+# Where a caller needs a number for every completion (OpenRLHF, verl, slime), a completion
+# without a verdict gets this neutral reward: as good as what it was compared with.
+NO_VERDICT_REWARD = 0.5
 SEED_LIMIT = 2**31
 
 
