@@ -265,11 +265,11 @@ async def judge_group(call: Call, spec: GroupSpec, suffix: str = "") -> GroupRes
     )
     rewards = aggregate(spec.completions, [(j.comparison, j.answer) for j in judged])
     for j in judged:
-        call_record_swap(call, j)
+        count_swap_check(call, j)
     return GroupResult(spec, pivot, rewards, judged)
 
 
-def call_record_swap(call: Call, judged: Judged) -> None:
+def count_swap_check(call: Call, judged: Judged) -> None:
     """Both orders ran: a positional-consistency sample for the metrics, like check_swap's."""
     if len(judged.judgments) == 2:
         Recorder(call, judged.judgments[0].mode).count_swap(*judged.judgments)
