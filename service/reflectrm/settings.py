@@ -67,6 +67,18 @@ class Settings(BaseSettings):
         "The deadline (request_timeout_s) counts from admission.",
     )
 
+    max_batch_items: int = Field(
+        64,
+        ge=1,
+        description="Most pairs in one /v1/judge/batch call (and samples in one /get_reward call).",
+    )
+    max_group_size: int = Field(
+        16,
+        ge=1,
+        description="Most completions in one /v1/rewards group (round_robin judges N(N-1)/2 "
+        "pairs).",
+    )
+
     # --- judging defaults --------------------------------------------------------------------
     num_candidates: int = Field(8, ge=1, le=32, description="Stage-1 samples when not requested.")
     max_tokens: int = Field(

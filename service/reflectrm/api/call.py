@@ -10,7 +10,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Coroutine, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, TypeVar
 
@@ -55,31 +55,64 @@ class Call:
         return await self.state.admission.admitted(work, self.settings.request_timeout_s)
 
     @contextlib.contextmanager
-    def observed(self, mode: str) -> Iterator[Callable[[Judgment, Judgment | None], None]]:
-        """Record how the request ends: yields ``record(judgment, swapped_or_None)`` for success;
-        a failure is counted under the status it will be answered with."""
+    def observed(self, mode: str) -> Iterator[Recorder]:
+        """Record how the request ends: yields a Recorder for success (one pair, or many); a
+        failure is counted once, under the status it will be answered with."""
         metrics = self.state.metrics
         try:
-            yield lambda judgment, swap: self._record(mode, judgment, swap)
+            yield Recorder(self, mode)
         except BaseException as exc:
             metrics.observe_request(mode, outcome_of_status(status_of(exc)))
             log.info("request %s ended with %d", self.request_id, status_of(exc))
             raise
 
-    def _record(self, mode: str, judgment: Judgment, swap: Judgment | None) -> None:
-        metrics = self.state.metrics
-        metrics.observe_request(mode, judgment.outcome, time.monotonic() - self.started)
-        if swap is not None:
-            metrics.observe_swap_check("requested", swap_result(consistent(judgment, swap)))
+
+@dataclass
+class Recorder:
+    """Counts a request's pair judgments in the metrics and writes its log line."""
+
+    call: Call
+    mode: str
+
+    def __call__(
+        self, judgment: Judgment, swap: Judgment | None, outcome: str | None = None
+    ) -> None:
+        """One pair: its judgment, the swapped-order one if it ran, and the answer's outcome
+        when it is not the first order's (debias swap)."""
+        self.count_swap(judgment, swap)
+        self.call.state.metrics.observe_request(
+            self.mode, outcome or judgment.outcome, time.monotonic() - self.call.started
+        )
         log.info(
             "judged %s mode=%s winner=%s outcome=%s early_exit=%s tokens=%d in %.0f ms",
-            self.request_id,
+            self.call.request_id,
             judgment.mode,
             judgment.winner,
-            judgment.outcome,
+            outcome or judgment.outcome,
             judgment.early_exit,
             judgment.usage.generated_tokens + (swap.usage.generated_tokens if swap else 0),
-            self.latency_ms,
+            self.call.latency_ms,
+        )
+
+    def count_swap(self, judgment: Judgment, swap: Judgment | None) -> None:
+        if swap is not None:
+            result = swap_result(consistent(judgment, swap))
+            self.call.state.metrics.observe_swap_check("requested", result)
+
+    def many(self, what: str, outcomes: Sequence[tuple[str, str]], generated_tokens: int) -> None:
+        """Several pairs answered in one request (a batch, a group): each is counted as a pair
+        judgment by (mode, outcome), the outcome an answer's or an item's error status's."""
+        seconds = time.monotonic() - self.call.started
+        for mode, outcome in outcomes:
+            self.call.state.metrics.observe_request(mode, outcome, seconds)
+        log.info(
+            "judged %s: %s of %d pairs mode=%s tokens=%d in %.0f ms",
+            self.call.request_id,
+            what,
+            len(outcomes),
+            self.mode,
+            generated_tokens,
+            self.call.latency_ms,
         )
 
 

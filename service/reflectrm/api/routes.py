@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-import secrets
+from typing import Annotated
 
-from fastapi import APIRouter, HTTPException
+from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse, Response
 
 from reflectrm.aio import gather_all
-from reflectrm.api import schemas
-from reflectrm.api.call import Call, CallDep
+from reflectrm.api import schemas, work
+from reflectrm.api.call import CallDep
 from reflectrm.api.state import StateDep
 from reflectrm.engines.base import EngineError
 from reflectrm.judging import types
-from reflectrm.judging.judge import swapped
 from reflectrm.metrics import CONTENT_TYPE
-from reflectrm.settings import Settings
 
 router = APIRouter()
 
@@ -52,42 +50,6 @@ async def metrics(state: StateDep) -> Response:
     return Response(state.metrics.render(), media_type=CONTENT_TYPE)
 
 
-def to_request(body: schemas.JudgeRequest, settings: Settings) -> types.JudgeRequest:
-    """Apply the server's defaults and check limits that depend on settings."""
-    max_tokens = body.max_tokens or settings.max_tokens
-    if max_tokens > settings.max_tokens_limit:
-        raise HTTPException(
-            422,
-            detail=f"max_tokens is {max_tokens}; this server allows at most "
-            f"{settings.max_tokens_limit} (REFLECTRM_MAX_TOKENS_LIMIT)",
-        )
-    if body.messages is not None:
-        conversation = tuple(types.Message(m.role, m.content) for m in body.messages)
-    else:
-        assert body.prompt is not None  # the schema requires one of the two
-        conversation = (types.Message("user", body.prompt),)
-    return types.JudgeRequest(
-        conversation=conversation,
-        responses=(body.responses[0], body.responses[1]),
-        mode=body.mode,
-        num_candidates=body.num_candidates or settings.num_candidates,
-        seed=secrets.randbelow(2**31) if body.seed is None else body.seed,
-        max_tokens=max_tokens,
-    )
-
-
-async def judge_orders(
-    call: Call, request: types.JudgeRequest, check_swap: bool
-) -> tuple[types.Judgment, types.Judgment | None]:
-    """The judgment, and with ``check_swap`` the swapped-order one beside it (concurrently)."""
-    if not check_swap:
-        return await call.judgment(request), None
-    first, second = await gather_all(
-        [call.judgment(request), call.judgment(swapped(request), "-swap")]
-    )
-    return first, second
-
-
 @router.post(
     "/v1/judge",
     response_model=schemas.JudgeResponse,
@@ -97,20 +59,13 @@ async def judge_orders(
 )
 async def judge_pair(body: schemas.JudgeRequest, call: CallDep) -> schemas.JudgeResponse:
     with call.observed(body.mode) as record:
-        request = to_request(body, call.settings)
-        judgment, swap = await call.run(judge_orders(call, request, body.check_swap))
-        record(judgment, swap)
+        request = work.to_request(body, call.settings)
+        judgment, swap = await call.run(work.judge_orders(call, request, body.two_orders))
+        response = work.pair_response(call, body, judgment, swap, call.request_id)
+        record(judgment, swap, response.outcome)
     if swap is None:
         call.state.swap_checks.offer(call.judge, request, judgment, call.request_id)
-    return schemas.judge_response(
-        judgment,
-        swap,
-        request_id=call.request_id,
-        latency_ms=call.latency_ms,
-        model=call.judge.engine.model_name,
-        template_version=call.judge.template.version,
-        with_trace=body.return_trace,
-    )
+    return response
 
 
 # The short path serves the same contract.
@@ -122,3 +77,66 @@ router.add_api_route(
     responses=ERRORS,
     summary="Judge which of two responses is better (alias of /v1/judge)",
 )
+
+
+@router.post(
+    "/v1/judge/batch",
+    response_model=schemas.BatchResponse,
+    responses=ERRORS,
+    summary="Judge many pairs in one call; each item answered or given its own error",
+)
+async def judge_batch(body: schemas.BatchRequest, call: CallDep) -> schemas.BatchResponse:
+    defaults = body.defaults
+    with call.observed(defaults.mode if defaults and defaults.mode else "reflect") as record:
+        work.check_count(
+            "items", len(body.items), call.settings.max_batch_items, "REFLECTRM_MAX_BATCH_ITEMS"
+        )
+        items = [work.judge_item(call, i, raw, defaults) for i, raw in enumerate(body.items)]
+        done = await call.run(gather_all(items))
+        judged = [d for d in done if d.item.result is not None]
+        tokens = sum(j.usage.generated_tokens for d in done for j in d.judgments)
+        record.many("batch", [(d.mode, work.item_outcome(d)) for d in done], tokens)
+    return schemas.BatchResponse(
+        results=[d.item for d in done],
+        judged=len(judged),
+        failed=len(done) - len(judged),
+        usage=schemas.usage_of(types.Usage(), *(j.usage for d in done for j in d.judgments)),
+        latency_ms=call.latency_ms,
+        model=call.judge.engine.model_name,
+        template_version=call.judge.template.version,
+        request_id=call.request_id,
+    )
+
+
+@router.post(
+    "/v1/rewards",
+    response_model=schemas.RewardsResponse,
+    responses=ERRORS,
+    summary="One reward per completion of a group (reference, pivot or round-robin judging)",
+)
+async def rewards(body: schemas.RewardsRequest, call: CallDep) -> schemas.RewardsResponse:
+    with call.observed(body.mode) as record:
+        spec = work.group_spec(body, call.settings)
+        result = await call.run(work.judge_group(call, spec))
+        record.many(spec.strategy, work.group_outcomes(result), work.group_tokens([result]))
+    return work.rewards_response(call, result)
+
+
+@router.post(
+    "/get_reward",
+    response_model=schemas.OpenRLHFResponse,
+    responses=ERRORS,
+    summary="OpenRLHF remote reward model (--reward.remote_url): each sample against its label",
+)
+async def get_reward(
+    body: schemas.OpenRLHFRequest,
+    options: Annotated[schemas.OpenRLHFOptions, Query()],
+    call: CallDep,
+) -> schemas.OpenRLHFResponse:
+    with call.observed(options.mode) as record:
+        specs = work.openrlhf_specs(body, options, call.settings)
+        groups = [work.judge_group(call, spec, f"-q{k}") for k, spec in enumerate(specs)]
+        results = await call.run(gather_all(groups))
+        outcomes = [o for r in results for o in work.group_outcomes(r)]
+        record.many("get_reward", outcomes, work.group_tokens(results))
+    return work.openrlhf_response(results)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from reflectrm.judging.judge import consistent, unswap_winner
+from reflectrm.judging.debias import Debias, Debiased, combine
+from reflectrm.judging.judge import unswap_winner
+from reflectrm.judging.rewards import Strategy
 from reflectrm.judging.types import Judgment, Mode, Outcome, Role
 
 # Larger than any model context in characters; bounds the work spent before the 413 check.
@@ -23,7 +25,44 @@ class ChatMessage(BaseModel):
 NonEmpty = Annotated[str, Field(min_length=1, max_length=MAX_TEXT_CHARS)]
 
 
-class JudgeRequest(BaseModel):
+class Conversation(BaseModel):
+    """The conversation being answered: ``prompt`` or ``messages``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    prompt: str | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_TEXT_CHARS,
+        description="The user query, for a single-turn conversation.",
+    )
+    messages: list[ChatMessage] | None = Field(
+        None,
+        min_length=1,
+        max_length=1000,
+        description="The conversation (at most 1,000 turns), ending with a user turn.",
+    )
+
+    @model_validator(mode="after")
+    def _one_conversation(self) -> Conversation:
+        if (self.prompt is None) == (self.messages is None):
+            raise ValueError("give exactly one of `prompt` (a string) or `messages` (a list)")
+        if self.messages is not None and self.messages[-1].role != "user":
+            raise ValueError("`messages` must end with a user turn: the query being answered")
+        return self
+
+
+MODE_DESCRIPTION = (
+    "reflect: ReflectRM two-stage judgment; single: one greedy judgment; "
+    "vote: majority of the sampled judgments without reflection."
+)
+DEBIAS_DESCRIPTION = (
+    "swap: judge both orders (concurrently, twice the tokens) and average the two score "
+    "vectors; the winner is the higher average, a tie is no verdict. none: one order."
+)
+
+
+class JudgeRequest(Conversation):
     """A conversation and two candidate responses to it."""
 
     model_config = ConfigDict(
@@ -51,26 +90,11 @@ class JudgeRequest(BaseModel):
         },
     )
 
-    prompt: str | None = Field(
-        None,
-        min_length=1,
-        max_length=MAX_TEXT_CHARS,
-        description="The user query, for a single-turn conversation.",
-    )
-    messages: list[ChatMessage] | None = Field(
-        None,
-        min_length=1,
-        max_length=1000,
-        description="The conversation (at most 1,000 turns), ending with a user turn.",
-    )
     responses: list[NonEmpty] = Field(
         ..., min_length=2, max_length=2, description="Exactly two candidate responses."
     )
-    mode: Mode = Field(
-        "reflect",
-        description="reflect: ReflectRM two-stage judgment; single: one greedy judgment; "
-        "vote: majority of the sampled judgments without reflection.",
-    )
+    mode: Mode = Field("reflect", description=MODE_DESCRIPTION)
+    debias: Debias = Field("none", description=DEBIAS_DESCRIPTION)
     num_candidates: int | None = Field(
         None, ge=1, le=32, description="Stage-1 samples (reflect and vote modes). Default 8."
     )
@@ -84,17 +108,15 @@ class JudgeRequest(BaseModel):
         None, ge=16, description="Generation limit per output. Default from the server (1024)."
     )
     check_swap: bool = Field(
-        False, description="Also judge with the responses swapped and report `consistent`."
+        False,
+        description="Also judge with the responses swapped and report `consistent`; the "
+        "answer stays the first order's (debias: swap averages both instead).",
     )
     return_trace: bool = Field(False, description="Include every candidate and reflection.")
 
-    @model_validator(mode="after")
-    def _one_conversation(self) -> JudgeRequest:
-        if (self.prompt is None) == (self.messages is None):
-            raise ValueError("give exactly one of `prompt` (a string) or `messages` (a list)")
-        if self.messages is not None and self.messages[-1].role != "user":
-            raise ValueError("`messages` must end with a user turn: the query being answered")
-        return self
+    @property
+    def two_orders(self) -> bool:
+        return self.check_swap or self.debias == "swap"
 
 
 class Usage(BaseModel):
@@ -142,24 +164,42 @@ class JudgmentTrace(BaseModel):
     anchor_added: bool = Field(description="The winner group was empty or tied: anchor added.")
 
 
+class JudgeOrder(BaseModel):
+    first: Literal[1, 2] = Field(description="The response shown first in this order.")
+    winner: Literal[1, 2] | None
+    scores: tuple[float, float] = Field(description="Vote shares of response 1 and 2.")
+
+
 class JudgeResponse(BaseModel):
-    winner: Literal[1, 2] | None = Field(description="The better response; null on no_verdict.")
+    winner: Literal[1, 2] | None = Field(
+        description="The better response; null on no_verdict (with debias swap: also a tie)."
+    )
     scores: tuple[float, float] = Field(
-        description="Vote shares of response 1 and 2 (sum to 1): usable as pairwise rewards."
+        description="Vote shares of response 1 and 2 (sum to 1): usable as pairwise rewards. "
+        "With debias swap: the mean of both orders' shares."
     )
     outcome: Outcome
     mode: Mode
+    debias: Debias = "none"
     analysis: str | None = Field(
         description="The most confident analysis agreeing with the winner."
     )
     votes: tuple[int, int]
     early_exit: bool = Field(description="Every parsed stage-1 verdict agreed: reflection skipped.")
     consistent: bool | None = Field(
-        None, description="With check_swap: the same response won in both orders."
+        None,
+        description="With check_swap or debias swap: the same response won in both orders "
+        "(null if an order had no verdict).",
     )
     swapped_winner: Literal[1, 2] | None = Field(
         None,
-        description="With check_swap: the winner in the swapped judgment, in original numbering.",
+        description="With check_swap or debias swap: the winner in the swapped judgment, in "
+        "original numbering.",
+    )
+    orders: list[JudgeOrder] | None = Field(
+        None,
+        description="With check_swap or debias swap: each order's winner and scores (original "
+        "numbering), the order as sent first.",
     )
     parse_failures: int = Field(description="Stage-1 and reflection outputs without a verdict.")
     usage: Usage
@@ -211,38 +251,62 @@ def trace_of(j: Judgment) -> JudgmentTrace:
     )
 
 
+def _analysis(judgment: Judgment, swap: Judgment | None, winner: int | None) -> str | None:
+    """The analysis of an order whose own winner is the final one (the first order's first)."""
+    if judgment.winner == winner or swap is None:
+        return judgment.analysis
+    return swap.analysis if unswap_winner(swap.winner) == winner else None
+
+
+def usage_of(*usages: Any) -> Usage:
+    total = sum(usages[1:], usages[0])
+    return Usage(
+        prompt_tokens=total.prompt_tokens,
+        generated_tokens=total.generated_tokens,
+        engine_requests=total.engine_requests,
+        cached_prompt_tokens=total.cached_prompt_tokens,
+    )
+
+
 def judge_response(
     judgment: Judgment,
     swap: Judgment | None,
     *,
+    debias: Debias,
     request_id: str,
     latency_ms: float,
     model: str,
     template_version: str,
     with_trace: bool,
 ) -> JudgeResponse:
-    """The response body of a judgment (and of its swapped-order twin, when one was run)."""
-    usage = judgment.usage + swap.usage if swap else judgment.usage
+    """The response body of a judgment (and of its swapped-order twin, when one was run). With
+    debias "swap" the answer is the average of both orders; otherwise it is the first order's."""
     failures = judgment.stage1_parse_failures + judgment.reflection_parse_failures
     if swap:
         failures += swap.stage1_parse_failures + swap.reflection_parse_failures
+    both = combine(judgment, swap)
+    if debias == "swap" and swap is not None:
+        winner, scores, outcome = both.winner, both.scores, both.outcome
+        v = swap.votes
+        votes = (judgment.votes[0] + v[1], judgment.votes[1] + v[0])
+        early_exit = judgment.early_exit and swap.early_exit
+    else:
+        winner, scores, outcome = judgment.winner, judgment.scores, judgment.outcome
+        votes, early_exit = judgment.votes, judgment.early_exit
     return JudgeResponse(
-        winner=judgment.winner,
-        scores=judgment.scores,
-        outcome=judgment.outcome,
+        winner=winner,
+        scores=scores,
+        outcome=outcome,
         mode=judgment.mode,
-        analysis=judgment.analysis,
-        votes=judgment.votes,
-        early_exit=judgment.early_exit,
-        consistent=consistent(judgment, swap) if swap else None,
-        swapped_winner=unswap_winner(swap.winner) if swap else None,
+        debias=debias,
+        analysis=_analysis(judgment, swap, winner),
+        votes=votes,
+        early_exit=early_exit,
+        consistent=both.consistent,
+        swapped_winner=both.order_winners[1] if swap else None,
+        orders=_orders(both) if swap else None,
         parse_failures=failures,
-        usage=Usage(
-            prompt_tokens=usage.prompt_tokens,
-            generated_tokens=usage.generated_tokens,
-            engine_requests=usage.engine_requests,
-            cached_prompt_tokens=usage.cached_prompt_tokens,
-        ),
+        usage=usage_of(judgment.usage, *([swap.usage] if swap else [])),
         latency_ms=latency_ms,
         model=model,
         template_version=template_version,
@@ -251,3 +315,271 @@ def judge_response(
         trace=trace_of(judgment) if with_trace else None,
         swapped_trace=trace_of(swap) if (swap and with_trace) else None,
     )
+
+
+def _orders(both: Debiased) -> list[JudgeOrder]:
+    return [
+        JudgeOrder(first=first, winner=w, scores=sc)
+        for first, w, sc in zip((1, 2), both.order_winners, both.order_scores, strict=True)
+    ]
+
+
+# --- batch judging ---------------------------------------------------------------------------
+
+
+class BatchDefaults(BaseModel):
+    """Fields every item takes unless it gives its own (an item's `prompt` or `messages`
+    replaces the default conversation as a whole)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    prompt: str | None = Field(None, min_length=1, max_length=MAX_TEXT_CHARS)
+    messages: list[ChatMessage] | None = Field(None, min_length=1, max_length=1000)
+    mode: Mode | None = None
+    debias: Debias | None = None
+    num_candidates: int | None = Field(None, ge=1, le=32)
+    seed: int | None = Field(None, ge=0, lt=2**31)
+    max_tokens: int | None = Field(None, ge=16)
+    check_swap: bool | None = None
+    return_trace: bool | None = None
+
+    @model_validator(mode="after")
+    def _at_most_one_conversation(self) -> BatchDefaults:
+        if self.prompt is not None and self.messages is not None:
+            raise ValueError("give at most one of `prompt` or `messages` in `defaults`")
+        return self
+
+
+class BatchRequest(BaseModel):
+    """Pairs to judge in one call. Each item has the fields of a /v1/judge request; an item that
+    does not validate gets its own error while the others are judged."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "defaults": {"prompt": "What is 2 + 2?", "mode": "single", "seed": 7},
+                    "items": [
+                        {"responses": ["4", "5"]},
+                        {"responses": ["Four.", "22"], "debias": "swap"},
+                        {"prompt": "Capital of Peru?", "responses": ["Lima", "Quito"]},
+                    ],
+                }
+            ]
+        },
+    )
+
+    items: list[dict[str, Any]] = Field(
+        ...,
+        min_length=1,
+        max_length=10_000,
+        description="Each item a /v1/judge request body (see JudgeRequest), completed by "
+        "`defaults`. The server's limit is REFLECTRM_MAX_BATCH_ITEMS.",
+    )
+    defaults: BatchDefaults | None = None
+
+
+class BatchItem(BaseModel):
+    index: int
+    status: int = Field(description="200, or the status a single call would have got (413, 422).")
+    result: JudgeResponse | None = None
+    detail: str | None = Field(None, description="What to fix, for an item that failed.")
+
+
+class BatchResponse(BaseModel):
+    results: list[BatchItem] = Field(description="One per item, in order.")
+    judged: int
+    failed: int
+    usage: Usage
+    latency_ms: float
+    model: str
+    template_version: str
+    request_id: str
+
+
+# --- group rewards ---------------------------------------------------------------------------
+
+Side = int | Literal["reference"]
+
+
+class RewardsRequest(Conversation):
+    """A conversation and N completions of it, to be given one reward each."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "prompt": "What is the capital of France?",
+                    "completions": ["Paris.", "Lyon.", "It is Paris, on the Seine."],
+                    "reference": "The capital of France is Paris.",
+                    "strategy": "reference",
+                    "seed": 7,
+                },
+                {
+                    "prompt": "Name a prime number larger than 10.",
+                    "completions": ["11", "12", "13", "fifteen"],
+                    "strategy": "round_robin",
+                    "mode": "single",
+                },
+            ]
+        },
+    )
+
+    completions: list[Annotated[str, Field(max_length=MAX_TEXT_CHARS)]] = Field(
+        ...,
+        min_length=1,
+        max_length=1000,
+        description="The completions to reward, in order. An empty (whitespace-only) one is not "
+        "judged and gets reward 0. The server's limit is REFLECTRM_MAX_GROUP_SIZE.",
+    )
+    reference: str | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_TEXT_CHARS,
+        description="A reference answer (strategy reference only).",
+    )
+    strategy: Strategy | None = Field(
+        None,
+        description="reference: each completion against the reference (N judgments); pivot: "
+        "each against one pivot completion (N-1); round_robin: every pair (N(N-1)/2). Default: "
+        "reference when a reference is given, else round_robin. Debias swap doubles each count.",
+    )
+    pivot: int | None = Field(
+        None,
+        ge=0,
+        description="Strategy pivot: the index of the pivot completion. Default: the non-empty "
+        "completion of median length.",
+    )
+    mode: Mode = Field("reflect", description=MODE_DESCRIPTION)
+    debias: Debias = Field("swap", description=DEBIAS_DESCRIPTION)
+    num_candidates: int | None = Field(None, ge=1, le=32, description="Stage-1 samples.")
+    seed: int | None = Field(
+        None,
+        ge=0,
+        lt=2**31,
+        description="Reproduces the whole group (each comparison's seed is derived from it).",
+    )
+    max_tokens: int | None = Field(None, ge=16, description="Generation limit per output.")
+
+    @model_validator(mode="after")
+    def _fits_strategy(self) -> RewardsRequest:
+        strategy = self.resolved_strategy
+        if strategy == "reference" and self.reference is None:
+            raise ValueError("strategy `reference` needs a `reference` answer")
+        if strategy != "reference" and self.reference is not None:
+            raise ValueError(
+                f"`reference` is only used by strategy `reference`, not `{strategy}`: drop it "
+                "or set strategy to reference"
+            )
+        if strategy != "reference" and len(self.completions) < 2:
+            raise ValueError(f"strategy `{strategy}` compares completions: give at least two")
+        if self.pivot is not None:
+            if strategy != "pivot":
+                raise ValueError("`pivot` is only used by strategy `pivot`")
+            if self.pivot >= len(self.completions) or not self.completions[self.pivot].strip():
+                raise ValueError("`pivot` must be the index of a non-empty completion")
+        return self
+
+    @property
+    def resolved_strategy(self) -> Strategy:
+        if self.strategy is not None:
+            return self.strategy
+        return "reference" if self.reference is not None else "round_robin"
+
+
+class ComparisonOrder(BaseModel):
+    first: Side = Field(description="The completion (or the reference) shown first.")
+    winner: Side | None
+    scores: tuple[float, float] = Field(description="Scores of the pair, in `pair` order.")
+
+
+class ComparisonResult(BaseModel):
+    pair: tuple[int, Side] = Field(description="The completion and what it was judged against.")
+    scores: tuple[float, float] = Field(description="Debiased scores, in `pair` order.")
+    winner: Side | None = Field(description="Null: a tie or no verdict.")
+    outcome: Outcome
+    consistent: bool | None
+    orders: list[ComparisonOrder]
+    seed: int = Field(description="Send it with the pair to /v1/judge to reproduce this one.")
+    usage: Usage
+
+
+class CompletionResult(BaseModel):
+    index: int
+    reward: float | None = Field(
+        description="Mean score over its comparisons with a verdict; null if none had one."
+    )
+    wins: int
+    losses: int
+    ties: int
+    no_verdict: int = Field(description="Comparisons without a verdict in any order (ignored).")
+    empty: bool = Field(description="Whitespace-only: not judged, reward 0.")
+
+
+class RewardsResponse(BaseModel):
+    rewards: list[float | None] = Field(description="One per completion, in order, in [0, 1].")
+    strategy: Strategy
+    debias: Debias
+    mode: Mode
+    pivot: int | None = Field(description="Strategy pivot: the pivot completion's index.")
+    completions: list[CompletionResult]
+    comparisons: list[ComparisonResult]
+    judgments: int = Field(description="Judgments run: comparisons, times 2 with debias swap.")
+    usage: Usage
+    latency_ms: float
+    model: str
+    template_version: str
+    request_id: str
+    seed: int
+
+
+# --- OpenRLHF remote reward model (--reward.remote_url) ----------------------------------------
+
+
+class OpenRLHFRequest(BaseModel):
+    """The body OpenRLHF's remote reward client posts (openrlhf 0.11.2,
+    openrlhf/utils/agent.py `SingleTurnAgentExecutor._fetch_rewards_via_http`)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    query: list[Annotated[str, Field(max_length=2 * MAX_TEXT_CHARS)]] = Field(
+        ..., min_length=1, max_length=10_000, description="Prompt plus response, as decoded."
+    )
+    prompts: list[Annotated[str, Field(max_length=MAX_TEXT_CHARS)]] = Field(
+        ..., min_length=1, max_length=10_000
+    )
+    labels: list[str | None] = Field(
+        ..., min_length=1, max_length=10_000, description="Reference answers (--data.label_key)."
+    )
+
+    @model_validator(mode="after")
+    def _aligned(self) -> OpenRLHFRequest:
+        if not len(self.query) == len(self.prompts) == len(self.labels):
+            raise ValueError(
+                f"`query`, `prompts` and `labels` must have one entry per sample; got "
+                f"{len(self.query)}, {len(self.prompts)} and {len(self.labels)}"
+            )
+        return self
+
+
+class OpenRLHFResponse(BaseModel):
+    rewards: list[float]
+    scores: list[float]
+    extra_logs: dict[str, list[float]] = Field(
+        description="Per sample, numbers only (OpenRLHF turns each into a tensor)."
+    )
+
+
+class OpenRLHFOptions(BaseModel):
+    """Judging settings for /get_reward, as query parameters of the URL given to OpenRLHF
+    (e.g. ``--reward.remote_url http://host:8000/get_reward?mode=single``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mode: Mode = Field("reflect", description=MODE_DESCRIPTION)
+    debias: Debias = Field("swap", description=DEBIAS_DESCRIPTION)
+    num_candidates: int | None = Field(None, ge=1, le=32)
+    max_tokens: int | None = Field(None, ge=16)
+    seed: int | None = Field(None, ge=0, lt=2**31)

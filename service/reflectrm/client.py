@@ -1,0 +1,332 @@
+"""A Python client for the service: sync (``Client``) and async (``AsyncClient``), on httpx.
+
+Connections are pooled (one client per process or event loop is enough). Calls that end in 429
+or 503, or fail to connect, are retried with jittered exponential backoff, waiting at least the
+server's Retry-After. Retrying is safe: the client fixes a seed before the first try when none
+is given, so a retried judgment is the same judgment. Results are typed (frozen dataclasses);
+each keeps the server's JSON in ``raw``.
+
+    from reflectrm.client import Client
+    with Client("http://127.0.0.1:8000") as rm:
+        print(rm.judge("2+2?", "4", "5", mode="single").winner)
+        print(rm.rewards("2+2?", ["4", "5", "four"], reference="4").rewards)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import secrets
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+RETRY_STATUSES = frozenset({429, 503})
+# Failures before any byte of the request reached the server, or of a connection it dropped.
+RETRY_ERRORS: tuple[type[Exception], ...] = (
+    httpx.ConnectError,
+    httpx.ConnectTimeout,
+    httpx.PoolTimeout,
+    httpx.RemoteProtocolError,
+    httpx.ReadError,
+    httpx.WriteError,
+)
+# A judgment may wait in the server's queue (up to 600 s) and then run (up to 900 s).
+DEFAULT_TIMEOUT = httpx.Timeout(connect=10.0, read=1800.0, write=60.0, pool=None)
+
+Conversation = str | Sequence[dict[str, str]]
+
+
+class ReflectRMError(Exception):
+    """The service answered with an error (after any retries)."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(f"{status}: {detail}")
+        self.status = status
+        self.detail = detail
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    max_retries: int = 8
+    backoff_s: float = 1.0  # the first wait; doubled per retry
+    max_backoff_s: float = 60.0
+    jitter: float = 0.5  # each wait is drawn uniformly from [wait * (1 - jitter), wait]
+
+    def delay(self, attempt: int, retry_after: float | None, rng: random.Random) -> float:
+        """Seconds before retry number ``attempt`` (0-based): the exponential backoff with
+        jitter, never less than the server's Retry-After (spread above it by the jitter)."""
+        wait = min(self.max_backoff_s, self.backoff_s * 2**attempt)
+        wait *= 1 - self.jitter * rng.random()
+        if retry_after is not None:
+            wait = max(wait, retry_after * (1 + self.jitter * rng.random()))
+        return wait
+
+
+def retry_after_of(response: httpx.Response) -> float | None:
+    value = response.headers.get("retry-after")
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None  # an HTTP date: fall back to the backoff
+
+
+# --- typed results ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Judgment:
+    winner: int | None
+    scores: tuple[float, float]
+    outcome: str
+    consistent: bool | None
+    seed: int
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+    @staticmethod
+    def of(body: dict[str, Any]) -> Judgment:
+        return Judgment(
+            winner=body["winner"],
+            scores=(body["scores"][0], body["scores"][1]),
+            outcome=body["outcome"],
+            consistent=body.get("consistent"),
+            seed=body["seed"],
+            raw=body,
+        )
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """One batch item: ``judgment`` when status is 200, else ``detail`` says what to fix."""
+
+    index: int
+    status: int
+    judgment: Judgment | None
+    detail: str | None
+
+
+@dataclass(frozen=True)
+class Rewards:
+    rewards: list[float | None]
+    strategy: str
+    judgments: int
+    seed: int
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+    @staticmethod
+    def of(body: dict[str, Any]) -> Rewards:
+        return Rewards(
+            rewards=list(body["rewards"]),
+            strategy=body["strategy"],
+            judgments=body["judgments"],
+            seed=body["seed"],
+            raw=body,
+        )
+
+
+def batch_results(body: dict[str, Any]) -> list[BatchResult]:
+    return [
+        BatchResult(
+            index=item["index"],
+            status=item["status"],
+            judgment=Judgment.of(item["result"]) if item.get("result") else None,
+            detail=item.get("detail"),
+        )
+        for item in body["results"]
+    ]
+
+
+# --- request bodies --------------------------------------------------------------------------
+
+
+def conversation_fields(conversation: Conversation) -> dict[str, Any]:
+    if isinstance(conversation, str):
+        return {"prompt": conversation}
+    return {"messages": [dict(m) for m in conversation]}
+
+
+def judge_body(
+    conversation: Conversation, response_1: str, response_2: str, **fields: Any
+) -> dict[str, Any]:
+    body = {**conversation_fields(conversation), "responses": [response_1, response_2]}
+    return with_seed({**body, **drop_none(fields)})
+
+
+def rewards_body(
+    conversation: Conversation, completions: Sequence[str], **fields: Any
+) -> dict[str, Any]:
+    body = {**conversation_fields(conversation), "completions": list(completions)}
+    return with_seed({**body, **drop_none(fields)})
+
+
+def batch_body(items: Sequence[dict[str, Any]], defaults: dict[str, Any] | None) -> dict[str, Any]:
+    """Items without a seed (in the item or the defaults) get one, so retries repeat them."""
+    shared_seed = defaults is not None and defaults.get("seed") is not None
+    fixed = [dict(i) if shared_seed or "seed" in i else with_seed(dict(i)) for i in items]
+    return {"items": fixed, **({"defaults": defaults} if defaults else {})}
+
+
+def drop_none(fields: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+def with_seed(body: dict[str, Any]) -> dict[str, Any]:
+    if body.get("seed") is None:
+        body["seed"] = secrets.randbelow(2**31)
+    return body
+
+
+def _raise_for(response: httpx.Response) -> dict[str, Any]:
+    if response.status_code >= 400:
+        try:
+            detail = str(response.json().get("detail", response.text))
+        except ValueError:
+            detail = response.text
+        raise ReflectRMError(response.status_code, detail)
+    body: dict[str, Any] = response.json()
+    return body
+
+
+# --- clients ---------------------------------------------------------------------------------
+
+
+class Client:
+    """Synchronous client; thread-safe (httpx.Client is), pooled."""
+
+    def __init__(
+        self,
+        base_url: str = DEFAULT_URL,
+        *,
+        timeout: httpx.Timeout | float = DEFAULT_TIMEOUT,
+        retry: RetryPolicy | None = None,
+        max_connections: int = 256,
+        http: httpx.Client | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.retry = retry or RetryPolicy()
+        self._http = http or httpx.Client(
+            base_url=base_url,
+            timeout=timeout,
+            limits=httpx.Limits(max_connections=max_connections),
+        )
+        self._sleep = sleep
+        self._rng = rng or random.Random()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def post(self, path: str, body: dict[str, Any], params: dict[str, Any] | None = None) -> Any:
+        """POST with retries; the decoded JSON reply, or ReflectRMError."""
+        attempt = 0
+        while True:
+            try:
+                response = self._http.post(path, json=body, params=params)
+            except RETRY_ERRORS:
+                if attempt >= self.retry.max_retries:
+                    raise
+                self._sleep(self.retry.delay(attempt, None, self._rng))
+            else:
+                if response.status_code not in RETRY_STATUSES or attempt >= self.retry.max_retries:
+                    return _raise_for(response)
+                self._sleep(self.retry.delay(attempt, retry_after_of(response), self._rng))
+            attempt += 1
+
+    def judge(
+        self, conversation: Conversation, response_1: str, response_2: str, **fields: Any
+    ) -> Judgment:
+        """One pair (``fields``: mode, debias, num_candidates, max_tokens, seed, ...)."""
+        body = judge_body(conversation, response_1, response_2, **fields)
+        return Judgment.of(self.post("/v1/judge", body))
+
+    def judge_batch(
+        self, items: Sequence[dict[str, Any]], defaults: dict[str, Any] | None = None
+    ) -> list[BatchResult]:
+        """Many pairs (each item a /v1/judge body), answered in order."""
+        return batch_results(self.post("/v1/judge/batch", batch_body(items, defaults)))
+
+    def rewards(
+        self, conversation: Conversation, completions: Sequence[str], **fields: Any
+    ) -> Rewards:
+        """One reward per completion (``fields``: reference, strategy, pivot, mode, debias,
+        num_candidates, max_tokens, seed)."""
+        return Rewards.of(
+            self.post("/v1/rewards", rewards_body(conversation, completions, **fields))
+        )
+
+
+class AsyncClient:
+    """Asynchronous client: use it from one event loop (httpx.AsyncClient is bound to it)."""
+
+    def __init__(
+        self,
+        base_url: str = DEFAULT_URL,
+        *,
+        timeout: httpx.Timeout | float = DEFAULT_TIMEOUT,
+        retry: RetryPolicy | None = None,
+        max_connections: int = 256,
+        http: httpx.AsyncClient | None = None,
+        sleep: Callable[[float], Any] = asyncio.sleep,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.retry = retry or RetryPolicy()
+        self._http = http or httpx.AsyncClient(
+            base_url=base_url,
+            timeout=timeout,
+            limits=httpx.Limits(max_connections=max_connections),
+        )
+        self._sleep = sleep
+        self._rng = rng or random.Random()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def post(
+        self, path: str, body: dict[str, Any], params: dict[str, Any] | None = None
+    ) -> Any:
+        attempt = 0
+        while True:
+            try:
+                response = await self._http.post(path, json=body, params=params)
+            except RETRY_ERRORS:
+                if attempt >= self.retry.max_retries:
+                    raise
+                await self._sleep(self.retry.delay(attempt, None, self._rng))
+            else:
+                if response.status_code not in RETRY_STATUSES or attempt >= self.retry.max_retries:
+                    return _raise_for(response)
+                await self._sleep(self.retry.delay(attempt, retry_after_of(response), self._rng))
+            attempt += 1
+
+    async def judge(
+        self, conversation: Conversation, response_1: str, response_2: str, **fields: Any
+    ) -> Judgment:
+        body = judge_body(conversation, response_1, response_2, **fields)
+        return Judgment.of(await self.post("/v1/judge", body))
+
+    async def judge_batch(
+        self, items: Sequence[dict[str, Any]], defaults: dict[str, Any] | None = None
+    ) -> list[BatchResult]:
+        return batch_results(await self.post("/v1/judge/batch", batch_body(items, defaults)))
+
+    async def rewards(
+        self, conversation: Conversation, completions: Sequence[str], **fields: Any
+    ) -> Rewards:
+        body = rewards_body(conversation, completions, **fields)
+        return Rewards.of(await self.post("/v1/rewards", body))
