@@ -9,6 +9,7 @@ from fastapi.responses import JSONResponse, Response
 
 from reflectrm.aio import gather_all
 from reflectrm.api import schemas
+from reflectrm.api.body import StrictJSONRoute
 from reflectrm.api.call import Call, CallDep
 from reflectrm.api.state import StateDep
 from reflectrm.engines.base import EngineError
@@ -17,10 +18,14 @@ from reflectrm.judging.judge import swapped
 from reflectrm.metrics import CONTENT_TYPE
 from reflectrm.settings import Settings
 
-router = APIRouter()
+# JSON bodies are read strictly (UTF-8, each key once, no NaN); see api/body.py.
+router = APIRouter(route_class=StrictJSONRoute)
 
 ERRORS: dict[int | str, dict[str, object]] = {
-    413: {"model": schemas.ErrorResponse, "description": "Conversation too long for the model"},
+    413: {
+        "model": schemas.ErrorResponse,
+        "description": "Conversation too long for the model, or body over REFLECTRM_MAX_BODY_BYTES",
+    },
     422: {"description": "Malformed JSON or fields; the body says which and why"},
     429: {
         "model": schemas.ErrorResponse,
