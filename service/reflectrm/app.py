@@ -20,6 +20,7 @@ from reflectrm.api.state import ServiceState
 from reflectrm.engines import open_engine
 from reflectrm.engines.base import Engine
 from reflectrm.instrumentation import MeteredJudge
+from reflectrm.models import CheckpointError
 from reflectrm.runtime import engine_config, judge_config
 from reflectrm.settings import Settings
 
@@ -49,7 +50,10 @@ def create_app(
         try:
             loaded = await stack.enter_async_context(engine_factory(settings))
         except Exception as exc:  # surfaces on /ready, and ends the process if so configured
-            log.exception("engine failed to start")
+            if isinstance(exc, CheckpointError):
+                log.error("engine failed to start: %s", exc)  # a setting to fix: no traceback
+            else:
+                log.exception("engine failed to start")
             lifecycle.engine_failed(f"the engine failed to start: {exc}")
             return
         if lifecycle.draining:

@@ -16,7 +16,7 @@ down or because the parent died, whatever it noted that still runs gets SIGTERM,
 after ``GRACE_S``. Processes are identified by pid and start time, so a reused pid is never hit.
 
 The watchdog imports nothing but the standard library and psutil; it runs as
-``python reaper.py PARENT_PID``.
+``python reaper.py PARENT_PID [PIDS OF THE PARENT'S CHILDREN BEFORE THE ENGINE]``.
 """
 
 from __future__ import annotations
@@ -38,8 +38,11 @@ class Reaper:
     """The parent's side: start the watchdog, tell it the engine's processes, let it finish."""
 
     def __init__(self) -> None:
+        # Children from before the engine: none of the reaper's business.
+        self.before = children_now()
         self._proc: subprocess.Popen[bytes] | None = subprocess.Popen(
-            [sys.executable, os.path.abspath(__file__), str(os.getpid())],
+            [sys.executable, os.path.abspath(__file__), str(os.getpid())]
+            + [str(pid) for pid in sorted(self.before)],
             stdin=subprocess.PIPE,
             start_new_session=True,
             close_fds=True,
@@ -48,6 +51,13 @@ class Reaper:
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
+
+    def engine_started(self) -> list[int]:
+        """Once the engine has started: watch exactly its processes (this process's children
+        started since) and their descendants. Returns their pids."""
+        pids = [p for p in engine_children(self.before) if p != self.pid]
+        self.watch(pids)
+        return pids
 
     def watch(self, pids: Iterable[int]) -> None:
         """From now on, watch exactly these processes (the engine's) and their descendants."""
@@ -113,13 +123,12 @@ def _read_commands(stream: IO[bytes], buffer: bytearray) -> tuple[list[str], boo
     return commands, False
 
 
-def _watchdog(parent_pid: int) -> int:
+def _watchdog(parent_pid: int, before: set[int]) -> int:
     import psutil
 
-    me = os.getpid()
+    baseline = before | {os.getpid()}
     try:
         parent: Any = psutil.Process(parent_pid)
-        baseline = {c.pid for c in parent.children()} | {me}
     except psutil.NoSuchProcess:
         return 0
     roots: list[Any] | None = None  # None: the parent's new children
@@ -207,4 +216,4 @@ def _signal(p: Any, how: str) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(_watchdog(int(sys.argv[1])))
+    sys.exit(_watchdog(int(sys.argv[1]), {int(pid) for pid in sys.argv[2:]}))

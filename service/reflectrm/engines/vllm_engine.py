@@ -19,7 +19,7 @@ from reflectrm.engines.base import (
 )
 from reflectrm.engines.chat import chat_template_kwargs
 from reflectrm.engines.config import EngineConfig
-from reflectrm.engines.reaper import Reaper, children_now, engine_children
+from reflectrm.engines.reaper import Reaper
 
 log = logging.getLogger(__name__)
 
@@ -159,14 +159,13 @@ async def vllm_engine(config: EngineConfig) -> AsyncIterator[VLLMEngine]:
     log.info("starting vLLM engine for %s", model_path)
     # The engine's processes must not outlive this one, however it ends (see engines/reaper.py).
     reaper = Reaper()
-    before = children_now() | {reaper.pid or 0}
     try:
         # Loading takes a minute or more; a thread keeps /health answering meanwhile.
         llm = await asyncio.to_thread(AsyncLLM.from_engine_args, args)
     except BaseException:
         reaper.close()  # a start that failed or was cancelled: end what it began
         raise
-    reaper.watch(engine_children(before))
+    reaper.engine_started()
     try:
         tokenizer = llm.get_tokenizer()
         max_len = int(llm.model_config.max_model_len)
