@@ -4,6 +4,7 @@ Stand-in children (no vLLM); tests/e2e/test_reliability_e2e.py does the same wit
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -54,10 +55,8 @@ def started() -> Iterator[list[subprocess.Popen]]:
 
 
 def with_suppressed(fn: Callable[[], object]) -> None:
-    try:
+    with contextlib.suppress(psutil.Error):
         fn()
-    except psutil.Error:
-        pass
 
 
 def start(
@@ -106,7 +105,9 @@ if __name__ == "__main__":
 """
 
 
-@pytest.mark.parametrize("sig, status", [(signal.SIGTERM, 143), (signal.SIGINT, 130), (signal.SIGHUP, 129)])
+@pytest.mark.parametrize(
+    "sig, status", [(signal.SIGTERM, 143), (signal.SIGINT, 130), (signal.SIGHUP, 129)]
+)
 def test_a_job_ended_by_a_signal_shuts_its_engine_down_and_says_so(started, sig, status):
     job = start(started, JOB)
     assert job.stdout is not None
@@ -154,7 +155,9 @@ time.sleep(600)
 """
 
 
-def family_of(parent: subprocess.Popen) -> tuple[psutil.Process, psutil.Process, psutil.Process, psutil.Process]:
+def family_of(
+    parent: subprocess.Popen,
+) -> tuple[psutil.Process, psutil.Process, psutil.Process, psutil.Process]:
     assert parent.stdout is not None
     core_pid, unrelated_pid, reaper_pid = map(int, parent.stdout.readline().split())
     core = psutil.Process(core_pid)
@@ -204,7 +207,7 @@ def serve(started: list, *args: str, **env: str) -> subprocess.Popen:
 
 def test_serve_exits_1_and_says_why_when_the_engine_cannot_start(started, tmp_path):
     proc = serve(started, "--model", str(tmp_path / "no-such-model"), PORT=str(free_port()))
-    out, err = proc.communicate(timeout=120)
+    _out, err = proc.communicate(timeout=120)
     assert proc.returncode == 1, err[-2000:]
     assert "engine failed to start" in err and "no-such-model" in err
     assert "REFLECTRM_EXIT_ON_ENGINE_FAILURE" in err
@@ -230,6 +233,6 @@ def test_serve_stays_up_answering_503_when_told_to_and_drains_on_sigterm(started
     r = httpx.get(f"http://127.0.0.1:{port}/ready")
     assert "failed to start" in r.json()["detail"]
     proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=60)
+    _out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err[-2000:]  # uvicorn alone re-raised the signal: -15
     assert "Traceback" not in err

@@ -5,7 +5,7 @@ from __future__ import annotations
 import secrets
 
 from fastapi import APIRouter, HTTPException
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from reflectrm.aio import gather_all
 from reflectrm.api import schemas
@@ -52,7 +52,12 @@ async def ready(state: StateDep) -> JSONResponse:
     return JSONResponse({"status": "ready", "model": state.judge.engine.model_name})
 
 
-@router.get("/metrics", summary="Prometheus metrics: the judge's and the vLLM engine's")
+@router.get(
+    "/metrics",
+    summary="Prometheus metrics: the judge's and the vLLM engine's",
+    response_class=PlainTextResponse,
+    responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
+)
 async def metrics(state: StateDep) -> Response:
     return Response(state.metrics.render(), media_type=CONTENT_TYPE)
 
