@@ -54,4 +54,5 @@ def test_the_schema_lists_the_documented_operations():
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
 @pytest.mark.parametrize("label", OPERATIONS)
 def test_fuzzed_requests_get_documented_answers(server: Served, schema, label: str, mode):
-    fuzzing.fuzz(schema[label], mode, EXAMPLES, server.url, TALLY)
+    if not fuzzing.fuzz(schema[label], mode, EXAMPLES, server.url, TALLY):
+        pytest.skip(f"{label} takes no input: nothing to break")
