@@ -142,6 +142,7 @@ def test_sigterm_drains_ready_and_new_judgments_503_at_once_in_flight_ones_finis
         assert ready.status_code == 503 and "shutting down" in ready.json()["detail"]
         refused = httpx.post(f"{s.url}/v1/judge", json=GOOD)
         assert refused.status_code == 503 and "shutting down" in refused.json()["detail"]
+        assert refused.headers["retry-after"] == "5"
         assert httpx.get(f"{s.url}/health").status_code == 200
         # The judgment in flight finishes within the grace period.
         assert running.result(timeout=60).status_code == 200
