@@ -68,6 +68,11 @@ class JudgeRequest(Conversation):
     model_config = ConfigDict(
         extra="forbid",
         json_schema_extra={
+            # Exactly one of the two conversation forms (checked by _one_conversation too).
+            "oneOf": [
+                {"required": ["prompt"], "properties": {"prompt": {"type": "string"}}},
+                {"required": ["messages"], "properties": {"messages": {"type": "array"}}},
+            ],
             "examples": [
                 {
                     "prompt": "What is the capital of France?",
@@ -86,7 +91,7 @@ class JudgeRequest(Conversation):
                     "check_swap": True,
                     "return_trace": True,
                 },
-            ]
+            ],
         },
     )
 

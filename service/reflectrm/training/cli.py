@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from reflectrm.engines import open_engine
+from reflectrm.interrupts import run_command
 from reflectrm.models import CheckpointError
 from reflectrm.runtime import engine_config, settings_for
 from reflectrm.training.config import load_settings, parse_overrides, typed
@@ -245,7 +246,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="reflectrm")
     add_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
-    return int(args.func(args))
+    return run_command(lambda: int(args.func(args)))
 
 
 if __name__ == "__main__":
