@@ -30,5 +30,10 @@ eval: setup
 train: setup
 	$(BIN)/reflectrm train $(ARGS)
 
+# A short bounded load test: starts the service on a free loopback port, runs the steady scenario
+# (4 users, 16 judgments, max_tokens 32), stops the service, prints the summary. ARGS adds options.
+load: setup
+	$(BIN)/python -m loadtests.run --scenario steady --users 4 --requests 16 --max-tokens 32 $(ARGS)
+
 up:
 	docker compose up -d

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gzip
 import json
 import random
 import statistics
@@ -19,7 +18,8 @@ from pathlib import Path
 
 from reflectrm.engines import open_engine
 from reflectrm.judging.judge import Judge, JudgeConfig
-from reflectrm.judging.types import JudgeRequest, Message
+from reflectrm.judging.types import JudgeRequest
+from reflectrm.pairs import read_pairs
 from reflectrm.runtime import engine_config
 from reflectrm.settings import Settings
 
@@ -30,21 +30,12 @@ DATA = (
 
 def load_pairs(n: int, seed: int) -> list[tuple[JudgeRequest, int]]:
     """A seeded sample of RewardBench pairs in seeded random orders: (request, gold winner)."""
-    with gzip.open(DATA, "rt") as f:
-        rows = [json.loads(line) for line in f]
     rng = random.Random(seed)
     out = []
-    for row in rng.sample(rows, n):
-        conv = (
-            tuple(Message(m["role"], m["content"]) for m in row["messages"])
-            if row.get("messages")
-            else (Message("user", row["prompt"]),)
-        )
-        chosen_first = rng.random() < 0.5
-        pair = (
-            (row["chosen"], row["rejected"]) if chosen_first else (row["rejected"], row["chosen"])
-        )
-        out.append((JudgeRequest(conversation=conv, responses=pair), 1 if chosen_first else 2))
+    for pair in rng.sample(list(read_pairs(DATA)), n):
+        shown = pair.present(1 if rng.random() < 0.5 else 2)
+        request = JudgeRequest(conversation=pair.conversation, responses=shown.responses)
+        out.append((request, shown.gold))
     return out
 
 

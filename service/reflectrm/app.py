@@ -11,11 +11,16 @@ from contextlib import AbstractAsyncContextManager
 from fastapi import FastAPI
 
 from reflectrm.api import errors
+from reflectrm.api.access import AccessLog
+from reflectrm.api.auth import ApiKeyAuth, load_keys
+from reflectrm.api.body import BodyLimit
+from reflectrm.api.lifecycle import Lifecycle
 from reflectrm.api.routes import router
 from reflectrm.api.state import ServiceState
 from reflectrm.engines import open_engine
 from reflectrm.engines.base import Engine
 from reflectrm.instrumentation import MeteredJudge
+from reflectrm.models import CheckpointError
 from reflectrm.runtime import engine_config, judge_config
 from reflectrm.settings import Settings
 
@@ -38,14 +43,21 @@ def create_app(
     engine loads in the background so /health answers while /ready waits for it."""
     settings = settings or Settings()
     state = ServiceState(settings=settings)
+    lifecycle = Lifecycle(state)
+    keys = load_keys(settings)  # unusable keys stop the start here, never run open
 
     async def load(stack: contextlib.AsyncExitStack) -> None:
         try:
             loaded = await stack.enter_async_context(engine_factory(settings))
-        except Exception as exc:  # any load failure must surface on /ready, not kill the app
-            log.exception("engine failed to start")
-            state.unavailable = f"the engine failed to start: {exc}"
+        except Exception as exc:  # surfaces on /ready, and ends the process if so configured
+            if isinstance(exc, CheckpointError):
+                log.error("engine failed to start: %s", exc)  # a setting to fix: no traceback
+            else:
+                log.exception("engine failed to start")
+            lifecycle.engine_failed(f"the engine failed to start: {exc}")
             return
+        if lifecycle.draining:
+            return  # stopping already: the engine closes with the stack
         state.judge = MeteredJudge(loaded, judge_config(settings), state.metrics)
         state.unavailable = None
 
@@ -58,9 +70,11 @@ def create_app(
                 state.unavailable = None
             else:
                 loader = asyncio.create_task(load(stack))
+            lifecycle.start()
             try:
                 yield
             finally:
+                await lifecycle.stop()
                 state.admission.close("the service is shutting down; retry on another replica")
                 await state.swap_checks.close()  # before the engine shuts down
                 if loader is not None and not loader.done():
@@ -76,6 +90,19 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.reflectrm = state
+    app.state.lifecycle = lifecycle
     app.include_router(router)
     errors.install(app)
+    # Outermost last: the access log sees every request (401 and 413 too), authentication
+    # comes before any body is read, and the body is bounded before the routes parse it.
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    if keys:
+        app.add_middleware(ApiKeyAuth, keys=keys, metrics_open=not settings.metrics_require_key)
+    elif settings.host not in ("127.0.0.1", "localhost", "::1"):
+        log.warning(
+            "listening on %s without API keys: anyone who reaches the port can judge "
+            "(set REFLECTRM_API_KEYS or REFLECTRM_API_KEY_FILE)",
+            settings.host,
+        )
+    app.add_middleware(AccessLog)
     return app

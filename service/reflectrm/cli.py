@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from reflectrm.interrupts import run_command
 from reflectrm.settings import Settings
 
 
@@ -21,9 +22,8 @@ def _configure_logging(level: str) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from reflectrm.app import create_app
+    from reflectrm.api.auth import KeyConfigError
+    from reflectrm.serving import serve
 
     overrides: dict[str, Any] = {}
     if args.host:
@@ -33,9 +33,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.model:
         overrides["model"] = args.model
     settings = Settings(**overrides)
-    app = create_app(settings)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level=args.log_level.lower())
-    return 0
+    try:
+        return serve(settings, args.log_level)
+    except KeyConfigError as exc:
+        print(f"reflectrm serve: {exc}", file=sys.stderr)
+        return 2
 
 
 def cmd_prepare_model(args: argparse.Namespace) -> int:
@@ -148,7 +150,9 @@ def _add_jobs(sub: Any) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _configure_logging(args.log_level)
-    return int(args.func(args))
+    if args.func is cmd_serve:
+        return cmd_serve(args)  # drains on SIGTERM itself (reflectrm.serving)
+    return run_command(lambda: int(args.func(args)))
 
 
 if __name__ == "__main__":

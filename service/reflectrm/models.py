@@ -21,7 +21,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from reflectrm.engines.chat import chat_template_kwargs as chat_template_kwargs
 from reflectrm.settings import DEFAULT_MODEL, default_cache_dir
 
 log = logging.getLogger(__name__)
@@ -41,7 +40,7 @@ def default_model_dir(cache_dir: Path) -> Path:
     return cache_dir / "models" / f"{DEFAULT_MODEL_NAME}-f32"
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
     h = hashlib.sha256()
     with path.open("rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -96,7 +95,7 @@ def prepare_default_model(
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         work = Path(tmp) / "model"
         _convert(gguf, work)
-        weights = {p.name: _sha256(p) for p in sorted(work.glob("*.safetensors"))}
+        weights = {p.name: file_sha256(p) for p in sorted(work.glob("*.safetensors"))}
         record = {
             "source": WHEEL,
             "gguf": gguf.name,

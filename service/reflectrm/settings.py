@@ -10,11 +10,17 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 # The embedded SmolLM2-135M-Instruct, prepared on first use (see models.py).
 DEFAULT_MODEL = "default"
+
+# The largest legitimate request is a context's worth of text: 131,072 tokens (the longest
+# context of common judge backbones) at up to 16 bytes of JSON per token (a non-ASCII character
+# sent as a \uXXXX escape is 6 bytes and such text has 1-2 characters per token; ASCII text
+# averages about 4), so 2 MiB; twice that for headroom. docs/reliability.md has the arithmetic.
+DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 
 
 def default_cache_dir() -> Path:
@@ -77,6 +83,51 @@ class Settings(BaseSettings):
         ge=1,
         description="Most completions in one /v1/rewards group (round_robin judges N(N-1)/2 "
         "pairs).",
+    )
+
+    max_body_bytes: int = Field(
+        DEFAULT_MAX_BODY_BYTES,
+        ge=1024,
+        description="Largest request body in bytes; a larger one gets 413 before it is read "
+        "whole (Content-Length or chunked). Default: a 131,072-token context of text at 16 "
+        "bytes of JSON per token, doubled.",
+    )
+
+    # --- lifecycle ---------------------------------------------------------------------------
+    shutdown_grace_s: float = Field(
+        30.0,
+        ge=0,
+        description="On SIGTERM or SIGINT: /ready and new judgments get 503 at once, "
+        "judgments in flight get this long to finish, then are aborted (503); exit 0. Keep "
+        "it below the orchestrator's kill timeout (compose stop_grace_period: 60s).",
+    )
+    engine_check_interval_s: float = Field(
+        1.0,
+        gt=0,
+        description="How often the engine's health is checked, with or without traffic; a "
+        "failed check makes /ready answer 503 and ends judgments in flight with 503.",
+    )
+    exit_on_engine_failure: bool = Field(
+        True,
+        description="When the engine fails to start or dies, exit with status 1 (after "
+        "answering the judgments in flight with 503) so that the supervisor (compose, "
+        "Kubernetes, systemd) restarts the service. False: stay up answering 503 (debugging).",
+    )
+
+    # --- authentication ----------------------------------------------------------------------
+    api_keys: SecretStr | None = Field(
+        None,
+        description="Comma-separated API keys (16+ characters each). Set (or api_key_file "
+        "set): every route but /health, /ready, /metrics and the docs needs "
+        "'Authorization: Bearer <key>'; unset: no authentication.",
+    )
+    api_key_file: Path | None = Field(
+        None,
+        description="A file with one API key per line (# comments allowed), read at start; "
+        "used with or instead of api_keys.",
+    )
+    metrics_require_key: bool = Field(
+        False, description="With API keys configured, /metrics needs a key too."
     )
 
     # --- judging defaults --------------------------------------------------------------------

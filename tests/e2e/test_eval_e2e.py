@@ -9,9 +9,10 @@ import httpx
 import pytest
 
 from reflectrm.evaluation import cli, records, report
-from reflectrm.evaluation.benchmarks import JUDGEBENCH, REWARDBENCH, Pair, load_dataset
+from reflectrm.evaluation.benchmarks import JUDGEBENCH, REWARDBENCH, load_dataset
 from reflectrm.evaluation.runner import EngineBackend, HttpBackend, pending, plan, run_units
 from reflectrm.judging.judge import Judge
+from reflectrm.pairs import Pair
 from reflectrm.runtime import judge_config
 from tests.conftest import SHARED_DATA
 from tests.e2e.conftest import E2E_MAX_TOKENS
@@ -107,7 +108,7 @@ def test_eval_command_through_the_service(live, tmp_path):
 
 def test_http_backend_reports_service_errors_as_records(live, tmp_path):
     conv = shortest(REWARDBENCH, 1)[0].conversation
-    huge = Pair(REWARDBENCH, "huge", conv, "word " * 20000, "x", {"subset": "hep-go"})
+    huge = Pair("huge", conv, "word " * 20000, "x", REWARDBENCH, {"subset": "hep-go"})
     (unit,) = plan([huge], ["single"], False, 0, 4, E2E_MAX_TOKENS)
 
     async def go():

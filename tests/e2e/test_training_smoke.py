@@ -17,10 +17,10 @@ import trl  # noqa: F401
 from reflectrm.judging.prompts import TEMPLATE_VERSION
 from reflectrm.judging.types import Message
 from reflectrm.models import MANIFEST, CheckpointError, resolve_model, validate_checkpoint
+from reflectrm.pairs import Pair
 from reflectrm.training.config import load_settings
 from reflectrm.training.data import TRAIN_FILE, BuildConfig, build, read_items
 from reflectrm.training.grpo import METRICS_FILE, train
-from reflectrm.training.pairs import Pair
 from tests.e2e.conftest import ForwardingEngine, separate_service
 
 QUESTIONS = [

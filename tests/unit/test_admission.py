@@ -10,6 +10,7 @@ from reflectrm.api.admission import (
     DEFAULT_RETRY_AFTER_S,
     Admission,
     ClientGone,
+    Closed,
     DeadlineExceeded,
     Overloaded,
     until_disconnected,
@@ -139,12 +140,54 @@ async def test_closing_refuses_queued_and_new_callers():
     waiting = asyncio.create_task(hold(admission, release, log, "b"))
     await settle()
     admission.close("shutting down")
-    with pytest.raises(Overloaded, match="shutting down"):
+    with pytest.raises(Closed, match="shutting down"):
         await waiting
-    with pytest.raises(Overloaded, match="shutting down"):
+    with pytest.raises(Closed, match="shutting down"):
         await hold(admission, release, log, "c")
     release.set()
-    assert await first == "a"
+    assert await first == "a"  # admitted before the close: it finishes
+    assert admission.in_flight == 0
+
+
+async def test_abort_ends_admitted_work_with_closed_and_frees_every_slot():
+    admission = Admission(max_in_flight=2, max_queued=5, queue_timeout_s=30)
+    cancelled: list[str] = []
+
+    async def forever(name: str) -> str:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            cancelled.append(name)  # where the engine requests are aborted
+            raise
+        return name
+
+    running = [asyncio.create_task(admission.admitted(forever(n), deadline_s=3600)) for n in "ab"]
+    queued = asyncio.create_task(admission.admitted(forever("c"), deadline_s=3600))
+    await settle()
+    assert (admission.in_flight, admission.queued) == (2, 1)
+    assert admission.abort("the engine stopped") == 2
+    for task in [*running, queued]:
+        with pytest.raises(Closed, match="the engine stopped"):
+            await task
+    assert sorted(cancelled) == ["a", "b"]  # "c" never started
+    assert (admission.in_flight, admission.queued) == (0, 0)
+    with pytest.raises(Closed):
+        await admission.admitted(forever("d"), deadline_s=3600)
+
+
+async def test_a_caller_cancelled_after_an_abort_stays_cancelled():
+    # Cancellation from outside (a disconnect) is not turned into Closed.
+    admission = Admission(max_in_flight=1, max_queued=5, queue_timeout_s=30)
+    admission._aborted = "stopping"  # an earlier abort; this call was admitted before it
+
+    async def forever() -> None:
+        await asyncio.sleep(3600)
+
+    caller = asyncio.create_task(admission.admitted(forever(), deadline_s=3600))
+    await settle()
+    caller.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await caller
     assert admission.in_flight == 0
 
 

@@ -15,7 +15,6 @@ from reflectrm.evaluation.benchmarks import (
     RMB,
     RMBENCH,
     DatasetError,
-    Pair,
     find_local,
     interleave,
     load_dataset,
@@ -37,6 +36,7 @@ from reflectrm.evaluation.scoring import (
     score,
 )
 from reflectrm.judging.types import Message
+from reflectrm.pairs import Pair
 from tests.conftest import SHARED_DATA  # ../shared/data beside the repository
 
 EXPECTED_PAIRS = {REWARDBENCH: 2985, RMBENCH: 7182, RMB: 14543, JUDGEBENCH: 620}
@@ -216,7 +216,7 @@ def test_ppe_hub_rows_exclude_ties():
 
 def _pairs(benchmark: str, n: int) -> tuple[Pair, ...]:
     conv = (Message("user", "q"),)
-    return tuple(Pair(benchmark, f"{benchmark}-{i}", conv, "c", "r", {}) for i in range(n))
+    return tuple(Pair(f"{benchmark}-{i}", conv, "c", "r", benchmark) for i in range(n))
 
 
 def test_sample_is_deterministic_in_file_order_and_per_benchmark():

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from reflectrm.evaluation import records
-from reflectrm.evaluation.benchmarks import JUDGEBENCH, RMB, Pair
+from reflectrm.evaluation.benchmarks import JUDGEBENCH, RMB
 from reflectrm.evaluation.runner import (
     MODES,
     EngineBackend,
@@ -25,13 +25,14 @@ from reflectrm.evaluation.runner import (
 )
 from reflectrm.judging.judge import Judge, JudgeConfig
 from reflectrm.judging.types import Message
+from reflectrm.pairs import Pair
 from tests.conftest import ScriptedEngine, judgment
 
 
 def make_pairs(n: int, benchmark: str = RMB) -> list[Pair]:
     meta = {"goal": "Helpfulness", "subset": "Helpfulness/Chat"} if benchmark == RMB else {}
     return [
-        Pair(benchmark, f"p{i}", (Message("user", f"question {i}"),), f"good {i}", f"bad {i}", meta)
+        Pair(f"p{i}", (Message("user", f"question {i}"),), f"good {i}", f"bad {i}", benchmark, meta)
         for i in range(n)
     ]
 
@@ -166,7 +167,7 @@ def test_http_backend_sends_the_contract_and_reads_the_answer():
         return httpx.Response(200, json=SERVICE_OK)
 
     backend, client = http_backend(handler)
-    pair = Pair(JUDGEBENCH, "j1", (Message("user", "q"),), "good", "bad", {"subset": "math"})
+    pair = Pair("j1", (Message("user", "q"),), "good", "bad", JUDGEBENCH, {"subset": "math"})
     (unit,) = plan([pair], ["reflect"], False, 0, 8, 64)
     out = asyncio.run(backend.judge(unit, "r1"))
     asyncio.run(client.aclose())
@@ -190,7 +191,7 @@ def test_http_backend_sends_the_contract_and_reads_the_answer():
 
 def test_http_backend_multi_turn_and_ablation_bodies():
     conv = (Message("user", "a"), Message("assistant", "b"), Message("user", "c"))
-    pair = Pair(RMB, "m", conv, "x", "y", {"goal": "G", "subset": "G/s"})
+    pair = Pair("m", conv, "x", "y", RMB, {"goal": "G", "subset": "G/s"})
     (unit,) = plan([pair], ["anchor_only"], False, 0, 8, 64)
     body = HttpBackend.body(unit)
     assert body["messages"][1] == {"role": "assistant", "content": "b"}

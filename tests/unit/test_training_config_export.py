@@ -110,3 +110,10 @@ def test_a_checkpoint_trained_from_a_checkpoint_keeps_its_lineage(tmp_path: Path
     child = manifest(base_model=str(base), base_path=str(base))
     assert child["base_manifest"]["config"] == {"epochs": 3}
     assert manifest(base_path=str(tmp_path / "none"))["base_manifest"] is None
+
+
+def test_the_warmup_overrides_use_the_same_parser() -> None:
+    overrides = parse_overrides(["epochs=2", "lora=true", "max_examples=null"], WarmupSettings)
+    assert overrides == {"epochs": 2, "lora": True, "max_examples": None}
+    with pytest.raises(ValueError, match="unknown setting 'max_steps'"):
+        parse_overrides(["max_steps=2"], WarmupSettings)  # a GRPO setting, not a warm-up one

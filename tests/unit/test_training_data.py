@@ -11,6 +11,7 @@ import pytest
 
 from reflectrm.judging.prompts import get_template
 from reflectrm.judging.types import Candidate, Message
+from reflectrm.pairs import Pair, pair_from_row
 from reflectrm.training.data import (
     JUDGMENTS_FILE,
     STATS_FILE,
@@ -25,7 +26,7 @@ from reflectrm.training.data import (
     select_items,
     shown_order,
 )
-from reflectrm.training.pairs import Pair, helpsteer3_row, pair_from_row
+from reflectrm.training.sources import helpsteer3_row
 from tests.conftest import ScriptedEngine, judgment
 
 CONVERSATION = (Message("user", "What is 2 + 2?"),)

@@ -5,6 +5,9 @@ RLHF trainers send bursts of hundreds of per-sample calls with few retries, so a
 limit waits its turn (first come, first served) instead of being refused. The wait is bounded
 twice: by the queue's length (``max_queued``) and by time (``queue_timeout_s``); past either the
 call ends in ``Overloaded`` (429) with a Retry-After estimated from the measured service rate.
+
+When the service stops (shutdown, or its engine failed) admission is closed: waiting and new
+calls end in ``Closed`` (503) at once, and ``abort`` ends the admitted ones the same way.
 """
 
 from __future__ import annotations
@@ -37,6 +40,10 @@ class Overloaded(Exception):
         self.retry_after_s = retry_after_s
 
 
+class Closed(Exception):
+    """Admission is closed (the service is stopping, or its engine failed); retry elsewhere."""
+
+
 class DeadlineExceeded(Exception):
     """The admitted work did not finish within its deadline; it was cancelled."""
 
@@ -62,7 +69,10 @@ class Admission:
         self._in_flight = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._completions: deque[float] = deque(maxlen=RATE_WINDOW)
+        # The admitted work, as tasks, so that ``abort`` can end it.
+        self._running: set[asyncio.Task[Any]] = set()
         self.closed: str | None = None
+        self._aborted: str | None = None
         # Called with each admitted judgment's queue wait in seconds (the metrics).
         self.on_wait: Callable[[float], None] | None = None
 
@@ -92,12 +102,23 @@ class Admission:
         return max(MIN_RETRY_AFTER_S, min(MAX_RETRY_AFTER_S, math.ceil((ahead + 1) / rate)))
 
     def close(self, reason: str) -> None:
-        """Admit nothing more (shutdown): queued callers are told at once."""
-        self.closed = reason
+        """Admit nothing more (shutdown, engine failure): queued callers are told at once."""
+        if self.closed is None:
+            self.closed = reason
         while self._waiters:
             waiter = self._waiters.popleft()
             if not waiter.done():
-                waiter.set_exception(Overloaded(reason, DEFAULT_RETRY_AFTER_S))
+                waiter.set_exception(Closed(self.closed))
+
+    def abort(self, reason: str) -> int:
+        """Close, and end every admitted judgment now (its engine requests are aborted); each
+        caller gets ``Closed(reason)``. Returns how many were running."""
+        self.close(reason)
+        self._aborted = reason
+        running = [task for task in self._running if not task.done()]
+        for task in running:
+            task.cancel()
+        return len(running)
 
     @contextlib.asynccontextmanager
     async def slot(self) -> AsyncIterator[float]:
@@ -110,7 +131,7 @@ class Admission:
 
     async def _acquire(self) -> float:
         if self.closed is not None:
-            raise Overloaded(self.closed, DEFAULT_RETRY_AFTER_S)
+            raise Closed(self.closed)
         if self._in_flight < self.max_in_flight and not self._waiters:
             self._in_flight += 1
             return 0.0
@@ -163,17 +184,35 @@ class Admission:
         except BaseException:
             work.close()  # never started: no engine request was made
             raise
+        # A task of its own, so that ``abort`` can cancel the work and nothing else; cancelling
+        # the caller (deadline, disconnect) cancels it too, as awaiting a task does.
+        task = asyncio.ensure_future(work)
+        self._running.add(task)
         try:
             if self.on_wait is not None:
                 self.on_wait(waited)
             async with asyncio.timeout(deadline_s):
-                return await work
+                return await task
         except TimeoutError:
             raise DeadlineExceeded(
                 f"the judgment did not finish within {deadline_s:g} s of admission "
                 "(REFLECTRM_REQUEST_TIMEOUT_S); its engine requests were aborted"
             ) from None
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if (
+                self._aborted is not None
+                and task.cancelled()
+                and not (current and current.cancelling())
+            ):
+                raise Closed(self._aborted) from None
+            raise
         finally:
+            self._running.discard(task)
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
             self._release()
 
 

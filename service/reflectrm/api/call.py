@@ -7,15 +7,15 @@ A route builds its engine work and hands it here; everything else it gets by con
 from __future__ import annotations
 
 import contextlib
-import logging
+import secrets
 import time
-import uuid
 from collections.abc import Coroutine, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, Request
 
+from reflectrm.api.access import count, note, request_id_of
 from reflectrm.api.admission import until_disconnected
 from reflectrm.api.errors import status_of
 from reflectrm.api.state import JudgeDep, ServiceState, StateDep
@@ -25,7 +25,6 @@ from reflectrm.judging.types import JudgeRequest, Judgment
 from reflectrm.metrics import outcome_of_status
 from reflectrm.settings import Settings
 
-log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
@@ -36,6 +35,13 @@ class Call:
     http: Request
     request_id: str
     started: float = field(default_factory=time.monotonic)
+    # The engine requests' ids: the request id made unique, since clients choose request ids
+    # (X-Request-ID) and two requests in flight may carry the same one.
+    engine_id: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.engine_id:
+            self.engine_id = f"{self.request_id}-{secrets.token_hex(4)}"
 
     @property
     def settings(self) -> Settings:
@@ -51,7 +57,7 @@ class Call:
 
     async def judgment(self, request: JudgeRequest, suffix: str = "") -> Judgment:
         """One judgment, admitted: it waits for a slot and runs under the deadline."""
-        work = self.judge.judge(request, self.request_id + suffix)
+        work = self.judge.judge(request, self.engine_id + suffix)
         return await self.state.admission.admitted(work, self.settings.request_timeout_s)
 
     @contextlib.contextmanager
@@ -62,8 +68,9 @@ class Call:
         try:
             yield Recorder(self, mode)
         except BaseException as exc:
-            metrics.observe_request(mode, outcome_of_status(status_of(exc)))
-            log.info("request %s ended with %d", self.request_id, status_of(exc))
+            outcome = outcome_of_status(status_of(exc))
+            metrics.observe_request(mode, outcome)
+            note(self.http, mode=mode, outcome=outcome)
             raise
 
 
@@ -83,15 +90,14 @@ class Recorder:
         self.call.state.metrics.observe_request(
             self.mode, outcome or judgment.outcome, time.monotonic() - self.call.started
         )
-        log.info(
-            "judged %s mode=%s winner=%s outcome=%s early_exit=%s tokens=%d in %.0f ms",
-            self.call.request_id,
-            judgment.mode,
-            judgment.winner,
-            outcome or judgment.outcome,
-            judgment.early_exit,
-            judgment.usage.generated_tokens + (swap.usage.generated_tokens if swap else 0),
-            self.call.latency_ms,
+        usage = judgment.usage + swap.usage if swap else judgment.usage
+        note(self.call.http, mode=self.mode, outcome=outcome or judgment.outcome)
+        note(self.call.http, winner=judgment.winner)
+        count(
+            self.call.http,
+            engine_requests=usage.engine_requests,
+            prompt_tokens=usage.prompt_tokens,
+            generated_tokens=usage.generated_tokens,
         )
 
     def count_swap(self, judgment: Judgment, swap: Judgment | None) -> None:
@@ -105,20 +111,12 @@ class Recorder:
         seconds = time.monotonic() - self.call.started
         for mode, outcome in outcomes:
             self.call.state.metrics.observe_request(mode, outcome, seconds)
-        log.info(
-            "judged %s: %s of %d pairs mode=%s tokens=%d in %.0f ms",
-            self.call.request_id,
-            what,
-            len(outcomes),
-            self.mode,
-            generated_tokens,
-            self.call.latency_ms,
-        )
+        note(self.call.http, mode=self.mode, pairs=len(outcomes), what=what)
+        count(self.call.http, generated_tokens=generated_tokens)
 
 
 def get_call(request: Request, state: StateDep, judge: JudgeDep) -> Call:
-    request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
-    return Call(state=state, judge=judge, http=request, request_id=request_id)
+    return Call(state=state, judge=judge, http=request, request_id=request_id_of(request))
 
 
 CallDep = Annotated[Call, Depends(get_call)]

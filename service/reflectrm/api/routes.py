@@ -5,20 +5,25 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Query
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from reflectrm.aio import gather_all
 from reflectrm.api import schemas, work
+from reflectrm.api.body import StrictJSONRoute
 from reflectrm.api.call import CallDep
 from reflectrm.api.state import StateDep
 from reflectrm.engines.base import EngineError
 from reflectrm.judging import types
 from reflectrm.metrics import CONTENT_TYPE
 
-router = APIRouter()
+# JSON bodies are read strictly (UTF-8, each key once, no NaN); see api/body.py.
+router = APIRouter(route_class=StrictJSONRoute)
 
 ERRORS: dict[int | str, dict[str, object]] = {
-    413: {"model": schemas.ErrorResponse, "description": "Conversation too long for the model"},
+    413: {
+        "model": schemas.ErrorResponse,
+        "description": "Conversation too long for the model, or body over REFLECTRM_MAX_BODY_BYTES",
+    },
     422: {"description": "Malformed JSON or fields; the body says which and why"},
     429: {
         "model": schemas.ErrorResponse,
@@ -45,7 +50,12 @@ async def ready(state: StateDep) -> JSONResponse:
     return JSONResponse({"status": "ready", "model": state.judge.engine.model_name})
 
 
-@router.get("/metrics", summary="Prometheus metrics: the judge's and the vLLM engine's")
+@router.get(
+    "/metrics",
+    summary="Prometheus metrics: the judge's and the vLLM engine's",
+    response_class=PlainTextResponse,
+    responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
+)
 async def metrics(state: StateDep) -> Response:
     return Response(state.metrics.render(), media_type=CONTENT_TYPE)
 

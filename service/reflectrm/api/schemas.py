@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from reflectrm.judging.debias import Debias, Debiased, combine
 from reflectrm.judging.judge import unswap_winner
 from reflectrm.judging.rewards import Strategy
-from reflectrm.judging.types import Judgment, Mode, Outcome
+from reflectrm.judging.types import Judgment, Mode, Outcome, Role
 
 # Larger than any model context in characters; bounds the work spent before the 413 check.
 MAX_TEXT_CHARS = 1_000_000
@@ -18,7 +18,7 @@ MAX_TEXT_CHARS = 1_000_000
 
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    role: Literal["system", "user", "assistant"]
+    role: Role
     content: str = Field(..., min_length=1, max_length=MAX_TEXT_CHARS)
 
 
@@ -68,6 +68,11 @@ class JudgeRequest(Conversation):
     model_config = ConfigDict(
         extra="forbid",
         json_schema_extra={
+            # Exactly one of the two conversation forms (checked by _one_conversation too).
+            "oneOf": [
+                {"required": ["prompt"], "properties": {"prompt": {"type": "string"}}},
+                {"required": ["messages"], "properties": {"messages": {"type": "array"}}},
+            ],
             "examples": [
                 {
                     "prompt": "What is the capital of France?",
@@ -86,7 +91,7 @@ class JudgeRequest(Conversation):
                     "check_swap": True,
                     "return_trace": True,
                 },
-            ]
+            ],
         },
     )
 

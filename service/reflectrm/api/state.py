@@ -7,7 +7,7 @@ from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request
 
-from reflectrm.api.admission import Admission
+from reflectrm.api.admission import DEFAULT_RETRY_AFTER_S, Admission
 from reflectrm.consistency import SwapCheckConfig, SwapChecker
 from reflectrm.judging.judge import Judge
 from reflectrm.metrics import Metrics
@@ -55,7 +55,11 @@ def get_state(request: Request) -> ServiceState:
 def get_judge(request: Request) -> Judge:
     state = get_state(request)
     if state.judge is None:
-        raise HTTPException(503, detail=state.unavailable or "the engine is not ready")
+        raise HTTPException(
+            503,
+            detail=state.unavailable or "the engine is not ready",
+            headers={"Retry-After": str(DEFAULT_RETRY_AFTER_S)},
+        )
     return state.judge
 
 

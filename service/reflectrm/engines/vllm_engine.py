@@ -19,6 +19,7 @@ from reflectrm.engines.base import (
 )
 from reflectrm.engines.chat import chat_template_kwargs
 from reflectrm.engines.config import EngineConfig
+from reflectrm.engines.reaper import Reaper
 
 log = logging.getLogger(__name__)
 
@@ -156,8 +157,15 @@ async def vllm_engine(config: EngineConfig) -> AsyncIterator[VLLMEngine]:
     model_path = config.model
     args = engine_args(config)
     log.info("starting vLLM engine for %s", model_path)
-    # Loading takes a minute or more; a thread keeps /health answering meanwhile.
-    llm = await asyncio.to_thread(AsyncLLM.from_engine_args, args)
+    # The engine's processes must not outlive this one, however it ends (see engines/reaper.py).
+    reaper = Reaper()
+    try:
+        # Loading takes a minute or more; a thread keeps /health answering meanwhile.
+        llm = await asyncio.to_thread(AsyncLLM.from_engine_args, args)
+    except BaseException:
+        reaper.close()  # a start that failed or was cancelled: end what it began
+        raise
+    reaper.engine_started()
     try:
         tokenizer = llm.get_tokenizer()
         max_len = int(llm.model_config.max_model_len)
@@ -170,8 +178,24 @@ async def vllm_engine(config: EngineConfig) -> AsyncIterator[VLLMEngine]:
         )
         yield engine
     finally:
+        shut_down(llm)
+        reaper.close()
+
+
+def shut_down(llm: Any) -> None:
+    """Shut the engine down (its processes end), once and quietly. vLLM's ``AsyncLLM.__del__``
+    shuts down again when the object is collected, at interpreter exit, when the globals it
+    needs are gone: a TypeError traceback on every exit. Once done here, that call is a no-op."""
+    try:
         llm.shutdown()
-        await asyncio.sleep(0)
+    except Exception:
+        log.warning("the vLLM engine did not shut down cleanly", exc_info=True)
+    finally:
+        llm.shutdown = _already_shut_down
+
+
+def _already_shut_down(*args: Any, **kwargs: Any) -> None:
+    return None
 
 
 def _name_of(model_path: str) -> str:

@@ -1,51 +1,34 @@
-"""Benchmark pairs: loading local files (the shared schema) and sampling them deterministically.
+"""Benchmark pairs: loading local files or hub copies, and sampling them deterministically.
 
-The shared schema (../shared/data/README.md): one pair per JSON line with ``id``, ``benchmark``,
-``subset``, ``prompt`` or ``messages``, ``chosen``, ``rejected`` and the extra keys each official
-metric needs. Hugging Face copies are converted to the same schema in ``hub.py``.
+Rows are read and validated by ``reflectrm.pairs`` (the shared schema, ../shared/data/README.md);
+this module adds what is benchmark-specific: which benchmark a file holds, the metadata keys each
+official metric needs (see ``scoring``), and resolving a ``--dataset`` value. Hugging Face copies
+are converted to the same schema in ``hub.py``.
 """
 
 from __future__ import annotations
 
-import gzip
-import json
 import os
 import random
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from reflectrm.judging.types import Message
+from reflectrm.evaluation.hub import hub_rows
+from reflectrm.evaluation.names import (
+    BENCHMARKS,
+    JUDGEBENCH,
+    PPE,
+    REWARDBENCH,
+    RMB,
+    RMBENCH,
+    canonical_name,
+    is_benchmark_name,
+)
+from reflectrm.evaluation.scoring import rewardbench_section
+from reflectrm.pairs import DatasetError, Pair, pair_from_row, read_rows
 
-REWARDBENCH = "rewardbench"
-RMBENCH = "rm-bench"
-RMB = "rmb"
-PPE = "ppe"
-JUDGEBENCH = "judgebench"
-
-# Display order: the paper's main table, then JudgeBench (consistency only in the paper).
-BENCHMARKS = (REWARDBENCH, RMBENCH, RMB, PPE, JUDGEBENCH)
-# The paper's headline average is the plain mean of these four.
-MAIN_BENCHMARKS = (REWARDBENCH, RMBENCH, RMB, PPE)
-DISPLAY_NAMES = {
-    REWARDBENCH: "RewardBench",
-    RMBENCH: "RM-Bench",
-    RMB: "RMB",
-    PPE: "PPE-Pref",
-    JUDGEBENCH: "JudgeBench",
-}
-_ALIASES = {
-    "rewardbench": REWARDBENCH,
-    "reward-bench": REWARDBENCH,
-    "rm-bench": RMBENCH,
-    "rmbench": RMBENCH,
-    "rmb": RMB,
-    "ppe": PPE,
-    "ppe-preference": PPE,
-    "ppe-human-preference": PPE,
-    "judgebench": JUDGEBENCH,
-}
 # The metadata keys each benchmark's official metric reads (see scoring.py).
 META_KEYS = {
     REWARDBENCH: ("subset", "section"),
@@ -57,22 +40,6 @@ META_KEYS = {
 DATA_DIR_ENV = "REFLECTRM_DATA_DIR"
 
 
-class DatasetError(ValueError):
-    """A dataset cannot be found or read; the message says what to fix."""
-
-
-@dataclass(frozen=True)
-class Pair:
-    """One comparison. ``chosen`` is the gold preference; the judge never sees which it is."""
-
-    benchmark: str
-    id: str
-    conversation: tuple[Message, ...]
-    chosen: str
-    rejected: str
-    meta: Mapping[str, str]
-
-
 @dataclass(frozen=True)
 class Benchmark:
     name: str
@@ -80,73 +47,32 @@ class Benchmark:
     pairs: tuple[Pair, ...]
 
 
-def canonical_name(name: str) -> str:
-    key = name.strip().lower().replace("_", "-")
-    if key not in _ALIASES:
-        known = ", ".join(BENCHMARKS)
-        raise DatasetError(f"unknown benchmark {name!r}; known: {known}")
-    return _ALIASES[key]
-
-
-def _is_alias(name: str) -> bool:
-    return name.strip().lower().replace("_", "-") in _ALIASES
-
-
 def default_data_dir() -> Path:
     """$REFLECTRM_DATA_DIR, else ../shared/data beside the working directory (the repo root)."""
     return Path(os.environ.get(DATA_DIR_ENV) or Path.cwd().parent / "shared" / "data")
 
 
-# --- reading the shared schema ---------------------------------------------------------------
+# --- a benchmark's pairs ---------------------------------------------------------------------
 
 
-def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
-    """Rows of a JSONL file, gzip-compressed or plain (told apart by the gzip magic bytes)."""
-    with path.open("rb") as raw:
-        gzipped = raw.read(2) == b"\x1f\x8b"
-    opener = gzip.open if gzipped else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                yield json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DatasetError(f"{path}:{number}: not JSON ({exc.msg})") from None
-
-
-def conversation_of(row: Mapping[str, Any]) -> tuple[Message, ...]:
-    """``prompt`` (one user turn) or ``messages`` (ending with a user turn) as Messages."""
-    messages = row.get("messages")
-    if messages:
-        conv = tuple(Message(m["role"], str(m["content"])) for m in messages)
-    elif row.get("prompt") is not None:
-        conv = (Message("user", str(row["prompt"])),)
-    else:
-        raise DatasetError(f"pair {row.get('id')!r} has neither `prompt` nor `messages`")
-    if conv[-1].role != "user":
-        raise DatasetError(f"pair {row.get('id')!r}: the conversation must end with a user turn")
-    return conv
-
-
-def pair_from_row(row: Mapping[str, Any], benchmark: str) -> Pair:
-    for key in ("id", "chosen", "rejected"):
-        if key not in row:
-            raise DatasetError(f"a {benchmark} row lacks `{key}`: {sorted(row)}")
+def benchmark_meta(row: Mapping[str, Any], benchmark: str) -> dict[str, str]:
+    """What the benchmark's official metric reads from a row; RewardBench's section is derived
+    from the subset when the row lacks it."""
     meta = {k: str(row[k]) for k in META_KEYS[benchmark] if row.get(k) is not None}
     meta.setdefault("subset", "all")
     if benchmark == REWARDBENCH and "section" not in meta:
-        from reflectrm.evaluation.scoring import rewardbench_section
-
         meta["section"] = rewardbench_section(meta["subset"])
-    return Pair(
-        benchmark=benchmark,
-        id=str(row["id"]),
-        conversation=conversation_of(row),
-        chosen=str(row["chosen"]),
-        rejected=str(row["rejected"]),
-        meta=meta,
-    )
+    return meta
+
+
+def benchmark_pair(row: Mapping[str, Any], benchmark: str, where: str | None = None) -> Pair:
+    """A shared-schema row as a pair of ``benchmark``, with its official metadata."""
+    pair = pair_from_row(row, where=where, benchmark=benchmark)
+    try:
+        meta = benchmark_meta(row, benchmark)
+    except ValueError as exc:
+        raise DatasetError(f"{where or f'pair {pair.id!r}'}: {exc}") from None
+    return replace(pair, meta=meta)
 
 
 def _benchmark_of_rows(rows: Sequence[Mapping[str, Any]], path: Path) -> str:
@@ -164,14 +90,23 @@ def _benchmark_of_rows(rows: Sequence[Mapping[str, Any]], path: Path) -> str:
 
 
 def load_file(path: Path, benchmark: str | None = None) -> Benchmark:
-    rows = list(read_jsonl(path))
+    rows = list(read_rows(path))
     if not rows:
         raise DatasetError(f"{path} holds no pairs")
-    name = canonical_name(benchmark) if benchmark else _benchmark_of_rows(rows, path)
-    pairs = tuple(pair_from_row(r, name) for r in rows)
+    name = (
+        canonical_name(benchmark) if benchmark else _benchmark_of_rows([r for _, r in rows], path)
+    )
+    pairs = tuple(benchmark_pair(row, name, where) for where, row in rows)
     if len({p.id for p in pairs}) != len(pairs):
         raise DatasetError(f"{path}: pair ids are not unique")
     return Benchmark(name, str(path), pairs)
+
+
+def load_hub(hub_id: str, benchmark: str | None = None) -> Benchmark:
+    """A Hugging Face copy of a benchmark, converted to the shared schema (online users only)."""
+    name, rows = hub_rows(hub_id, benchmark)
+    pairs = tuple(benchmark_pair(r, name, f"{hub_id} row {i}") for i, r in enumerate(rows, 1))
+    return Benchmark(name, hub_id, pairs)
 
 
 # --- resolving a --dataset value ------------------------------------------------------------
@@ -199,12 +134,12 @@ def load_dataset(spec: str, data_dir: Path) -> Benchmark:
     """
     head, sep, rest = spec.partition("=")
     # File names may contain "=" (JudgeBench's upstream ones do): only a known name is a prefix.
-    named, target = (head, rest) if sep and _is_alias(head) else ("", spec)
+    named, target = (head, rest) if sep and is_benchmark_name(head) else ("", spec)
     benchmark = canonical_name(named) if named else None
     path = Path(target).expanduser()
     if path.is_file():
         return load_file(path, benchmark)
-    if _is_alias(target) and not named:
+    if is_benchmark_name(target) and not named:
         name = canonical_name(target)
         found = find_local(name, data_dir)
         if found is None:
@@ -215,8 +150,6 @@ def load_dataset(spec: str, data_dir: Path) -> Benchmark:
             )
         return load_file(found, name)
     if "/" in target and not target.startswith((".", "/", "~")) and not path.exists():
-        from reflectrm.evaluation.hub import load_hub
-
         return load_hub(target, benchmark)
     names = ", ".join(BENCHMARKS)
     raise DatasetError(f"{spec!r} is not a file, a benchmark name ({names}) or a hub id")

@@ -37,6 +37,7 @@ from reflectrm.evaluation.runner import (
     plan,
     run_units,
 )
+from reflectrm.interrupts import run_command
 from reflectrm.judging.judge import Judge
 from reflectrm.runtime import engine_config, judge_config, settings_for
 
@@ -244,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     args.argv = sys.argv[1:] if argv is None else list(argv)
-    return run(args)
+    return run_command(lambda: run(args))
 
 
 # --- resolving the options ------------------------------------------------------------------

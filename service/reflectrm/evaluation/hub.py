@@ -1,7 +1,8 @@
 """Hugging Face copies of the benchmarks, converted to the shared schema (online users only).
 
-Only called when a ``--dataset`` value is a hub id; needs the ``datasets`` package (the
-``eval`` extra). Each converter is a pure function of one upstream row, tested offline.
+Only called when a ``--dataset`` value is a hub id (``benchmarks.load_hub`` turns the rows into
+pairs); needs the ``datasets`` package (the ``eval`` extra). Each converter is a pure function of
+one upstream row, tested offline.
 """
 
 from __future__ import annotations
@@ -10,18 +11,16 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from reflectrm.evaluation.benchmarks import (
+from reflectrm.evaluation.names import (
     JUDGEBENCH,
     PPE,
     REWARDBENCH,
     RMB,
     RMBENCH,
-    Benchmark,
-    DatasetError,
     canonical_name,
-    pair_from_row,
 )
 from reflectrm.evaluation.scoring import rewardbench_section
+from reflectrm.pairs import DatasetError
 
 Row = Mapping[str, Any]
 Converter = Callable[[Row, str], Iterable[dict[str, Any]]]  # (upstream row, split) -> rows
@@ -156,7 +155,8 @@ def convert(source: HubSource, splits: Mapping[str, Iterable[Row]]) -> list[dict
     return [out for split in wanted for row in splits[split] for out in source.convert(row, split)]
 
 
-def load_hub(hub_id: str, benchmark: str | None = None) -> Benchmark:
+def hub_rows(hub_id: str, benchmark: str | None = None) -> tuple[str, list[dict[str, Any]]]:
+    """The benchmark a hub dataset holds and its rows in the shared schema (downloads it)."""
     source = HUB_SOURCES.get(hub_id.lower())
     if source is None:
         known = ", ".join(HUB_SOURCES)
@@ -170,6 +170,4 @@ def load_hub(hub_id: str, benchmark: str | None = None) -> Benchmark:
             "loading a hub dataset needs the `datasets` package: pip install 'reflectrm[eval]'"
         ) from None
     loaded = datasets.load_dataset(hub_id)
-    rows = convert(source, {name: loaded[name] for name in loaded})
-    pairs = tuple(pair_from_row(r, source.benchmark) for r in rows)
-    return Benchmark(source.benchmark, hub_id, pairs)
+    return source.benchmark, convert(source, {name: loaded[name] for name in loaded})

@@ -46,18 +46,11 @@ class Key:
 
 
 @dataclass(frozen=True)
-class Record:
-    """One judgment of one pair, in one order, in one mode."""
+class Outcome:
+    """What one judgment gave, whichever backend made it."""
 
-    benchmark: str
-    pair_id: str
-    mode: str
-    chosen_position: int  # where the gold-preferred response was shown: 1 or 2
-    primary: bool  # this order is the pair's seeded random one (the other is the swap)
     status: Status
-    winner: int | None
-    seed: int
-    meta: Mapping[str, str] = field(default_factory=dict)
+    winner: int | None = None
     prompt_tokens: int = 0
     generated_tokens: int = 0
     engine_requests: int = 0
@@ -67,12 +60,28 @@ class Record:
     outputs: int | None = None  # stage-1 candidates plus reflections
     error: str | None = None
 
+
+@dataclass(frozen=True, kw_only=True)
+class Record(Outcome):
+    """One judgment of one pair, in one order, in one mode: what was judged, and its outcome."""
+
+    benchmark: str
+    pair_id: str
+    mode: str
+    chosen_position: int  # where the gold-preferred response was shown: 1 or 2
+    primary: bool  # this order is the pair's seeded random one (the other is the swap)
+    seed: int
+    meta: Mapping[str, str] = field(default_factory=dict)
+
     @property
     def key(self) -> Key:
         return Key(self.benchmark, self.pair_id, self.mode, self.chosen_position)
 
     def to_json(self) -> dict[str, Any]:
-        return {"type": "result", **asdict(self), "meta": dict(self.meta)}
+        row = {**asdict(self), "meta": dict(self.meta)}
+        # What was judged, then its outcome (asdict lists the inherited outcome fields first).
+        judged = {k: v for k, v in row.items() if k not in Outcome.__dataclass_fields__}
+        return {"type": "result", **judged, **{k: row[k] for k in Outcome.__dataclass_fields__}}
 
     @staticmethod
     def from_json(row: Mapping[str, Any]) -> Record:

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from reflectrm.evaluation.benchmarks import (
+from reflectrm.evaluation.names import (
     BENCHMARKS,
     DISPLAY_NAMES,
     JUDGEBENCH,

@@ -14,13 +14,13 @@ import logging
 import sys
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Literal, Protocol
 
-from reflectrm.evaluation.benchmarks import Pair
-from reflectrm.evaluation.records import Key, Record, Status, Writer
+from reflectrm.evaluation.records import Key, Outcome, Record, Writer
 from reflectrm.judging.judge import Judge, PromptTooLongError
 from reflectrm.judging.types import Ablation, JudgeRequest, Mode
+from reflectrm.pairs import Pair
 
 log = logging.getLogger(__name__)
 
@@ -98,8 +98,7 @@ class Unit:
 
     @property
     def responses(self) -> tuple[str, str]:
-        p = self.pair
-        return (p.chosen, p.rejected) if self.chosen_position == 1 else (p.rejected, p.chosen)
+        return self.pair.present(self.chosen_position).responses
 
 
 def plan(
@@ -142,20 +141,6 @@ def pending(units: Iterable[Unit], done: Iterable[Key]) -> list[Unit]:
 
 
 # --- backends -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Outcome:
-    status: Status
-    winner: int | None = None
-    prompt_tokens: int = 0
-    generated_tokens: int = 0
-    engine_requests: int = 0
-    latency_ms: float = 0.0
-    early_exit: bool | None = None
-    parse_failures: int | None = None
-    outputs: int | None = None
-    error: str | None = None
 
 
 class TransientError(RuntimeError):
@@ -293,23 +278,14 @@ def _detail(r: Any) -> str:
 
 def to_record(unit: Unit, outcome: Outcome) -> Record:
     return Record(
+        **{**asdict(outcome), "latency_ms": round(outcome.latency_ms, 1)},
         benchmark=unit.pair.benchmark,
         pair_id=unit.pair.id,
         mode=unit.mode.name,
         chosen_position=unit.chosen_position,
         primary=unit.primary,
-        status=outcome.status,
-        winner=outcome.winner,
         seed=unit.seed,
         meta=dict(unit.pair.meta),
-        prompt_tokens=outcome.prompt_tokens,
-        generated_tokens=outcome.generated_tokens,
-        engine_requests=outcome.engine_requests,
-        latency_ms=round(outcome.latency_ms, 1),
-        early_exit=outcome.early_exit,
-        parse_failures=outcome.parse_failures,
-        outputs=outcome.outputs,
-        error=outcome.error,
     )
 
 

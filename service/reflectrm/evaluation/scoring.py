@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from reflectrm.evaluation.benchmarks import JUDGEBENCH, PPE, REWARDBENCH, RMB, RMBENCH
+from reflectrm.evaluation.names import JUDGEBENCH, PPE, REWARDBENCH, RMB, RMBENCH
 
 Meta = Mapping[str, str]
 Item = tuple[Meta, float]  # one pair's metadata and its outcome in [0, 1]

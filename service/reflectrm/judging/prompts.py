@@ -6,6 +6,7 @@ every response and checkpoint manifest. Change the wording only by adding a new 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -107,17 +108,37 @@ def get_template(version: str) -> Template:
 
 _ROLE_NAMES = {"system": "System", "user": "User", "assistant": "Assistant"}
 
+# The template's own delimiters, as they could appear inside an inserted text: the output tags
+# and the bracketed section markers. Inside the texts they are written with look-alike brackets
+# (<Result> becomes ‹Result›, [End of Response 1] becomes (End of Response 1)), so that an
+# inserted text reads the same to the judge but cannot pose as the template's structure.
+NEUTRALIZE_TAGS = True
+_TAG = re.compile(r"<(\s*/?\s*(?:Analysis|Result)\s*)>", re.IGNORECASE)
+_MARKER = re.compile(
+    r"\[(\s*(?:(?:End\s+of\s+)?(?:Response|Critique)\s*[12]|System|User|Assistant)\s*)\]",
+    re.IGNORECASE,
+)
+
+
+def neutralize(text: str) -> str:
+    """An inserted text with the template's delimiters defused (see NEUTRALIZE_TAGS)."""
+    if not NEUTRALIZE_TAGS:
+        return text
+    return _MARKER.sub(r"(\1)", _TAG.sub(r"‹\1›", text))
+
 
 def render_context(conversation: Sequence[Message]) -> str:
     """The conversation as plain text: history and final user query, each turn labelled."""
-    return "\n\n".join(f"[{_ROLE_NAMES[m.role]}]\n{m.content}" for m in conversation)
+    return "\n\n".join(f"[{_ROLE_NAMES[m.role]}]\n{neutralize(m.content)}" for m in conversation)
 
 
 def preference_messages(
     template: Template, conversation: Sequence[Message], response_1: str, response_2: str
 ) -> list[dict[str, str]]:
     user = template.preference.format(
-        context=render_context(conversation), response_1=response_1, response_2=response_2
+        context=render_context(conversation),
+        response_1=neutralize(response_1),
+        response_2=neutralize(response_2),
     )
     return [{"role": "system", "content": template.system}, {"role": "user", "content": user}]
 
@@ -132,10 +153,10 @@ def reflection_messages(
 ) -> list[dict[str, str]]:
     user = template.reflection.format(
         context=render_context(conversation),
-        response_1=response_1,
-        response_2=response_2,
-        critique_1=critique_1,
-        critique_2=critique_2,
+        response_1=neutralize(response_1),
+        response_2=neutralize(response_2),
+        critique_1=neutralize(critique_1),
+        critique_2=neutralize(critique_2),
     )
     return [{"role": "system", "content": template.system}, {"role": "user", "content": user}]
 

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from reflectrm.engines.base import Engine
 from reflectrm.judging.judge import Judge, JudgeConfig, PromptTooLongError
 from reflectrm.judging.types import JudgeRequest
-from reflectrm.training.pairs import Pair
+from reflectrm.pairs import Pair
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ async def check(engine: Engine, pairs: Sequence[Pair], config: CheckConfig) -> C
     gate = asyncio.Semaphore(config.concurrency)
 
     async def one(i: int, pair: Pair, chosen_at: int) -> tuple[int, int, int | None, str | None]:
-        shown = (pair.chosen, pair.rejected) if chosen_at == 1 else (pair.rejected, pair.chosen)
+        shown = pair.present(chosen_at).responses
         request = JudgeRequest(
             pair.conversation, shown, mode="single", max_tokens=config.max_tokens
         )

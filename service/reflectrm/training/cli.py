@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import functools
 import json
 import logging
@@ -19,11 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from reflectrm.engines import open_engine
+from reflectrm.interrupts import run_command
 from reflectrm.models import CheckpointError
 from reflectrm.runtime import engine_config, settings_for
 from reflectrm.training.config import load_settings, parse_overrides, typed
 from reflectrm.training.data import BuildConfig, build, rebuild
-from reflectrm.training.pairs import load_pairs
+from reflectrm.training.sources import load_pairs
 
 log = logging.getLogger("reflectrm.training")
 
@@ -201,17 +201,9 @@ def run_grpo(args: argparse.Namespace) -> int:
 
 @_friendly
 def run_warmup(args: argparse.Namespace) -> int:
-    import yaml
-
     from reflectrm.training.warmup import WarmupSettings, warmup
 
-    known = {f.name for f in dataclasses.fields(WarmupSettings)}
-    overrides: dict[str, Any] = {}
-    for pair in args.overrides:
-        key, sep, value = pair.partition("=")
-        if not sep or key not in known:
-            raise ValueError(f"--set expects KEY=VALUE with KEY one of {sorted(known)}: {pair!r}")
-        overrides[key] = yaml.safe_load(value)
+    overrides = parse_overrides(args.overrides, WarmupSettings)
     if args.output_dir:
         overrides["output_dir"] = args.output_dir
     print(warmup(WarmupSettings(**typed(WarmupSettings, overrides)), args.judgments))
@@ -254,7 +246,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="reflectrm")
     add_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
-    return int(args.func(args))
+    return run_command(lambda: int(args.func(args)))
 
 
 if __name__ == "__main__":

@@ -63,13 +63,6 @@ class GRPOSettings:
 _FIELDS = {f.name: f for f in dataclasses.fields(GRPOSettings)}
 
 
-def _coerce(name: str, raw: str) -> Any:
-    """A ``--set key=value`` string as YAML, so numbers, booleans and null keep their types."""
-    if name not in _FIELDS:
-        raise ValueError(f"unknown setting {name!r}; known: {', '.join(sorted(_FIELDS))}")
-    return yaml.safe_load(raw)
-
-
 def load_settings(
     path: Path | None = None, overrides: dict[str, Any] | None = None
 ) -> GRPOSettings:
@@ -90,11 +83,20 @@ def typed(cls: Any, values: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def parse_overrides(pairs: list[str]) -> dict[str, Any]:
+def parse_overrides(pairs: list[str], cls: Any = GRPOSettings) -> dict[str, Any]:
+    """``--set key=value`` strings for the settings dataclass ``cls`` (default: the GRPO job's).
+
+    Each value is read as YAML, so numbers, booleans and null keep their types; an unknown key
+    is an error naming the known ones.
+    """
+    known = sorted(f.name for f in dataclasses.fields(cls))
     out: dict[str, Any] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep:
             raise ValueError(f"--set expects key=value, got {pair!r}")
-        out[key.strip()] = _coerce(key.strip(), value)
+        key = key.strip()
+        if key not in known:
+            raise ValueError(f"unknown setting {key!r}; known: {', '.join(known)}")
+        out[key] = yaml.safe_load(value)
     return out

@@ -30,7 +30,7 @@ from reflectrm.judging.prompts import (
     reflection_messages,
 )
 from reflectrm.judging.types import Candidate, JudgeRequest, Message
-from reflectrm.training.pairs import Pair
+from reflectrm.pairs import Pair, Presented, pair_to_row
 
 log = logging.getLogger(__name__)
 
@@ -106,11 +106,9 @@ class Stats:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def shown_order(pair: Pair, rng: random.Random) -> tuple[tuple[str, str], int]:
+def shown_order(pair: Pair, rng: random.Random) -> Presented:
     """Responses in a random order and the label: the position of the chosen response."""
-    if rng.random() < 0.5:
-        return (pair.chosen, pair.rejected), 1
-    return (pair.rejected, pair.chosen), 2
+    return pair.present(1 if rng.random() < 0.5 else 2)
 
 
 def preference_item(template: Template, judged: JudgedPair) -> dict[str, Any]:
@@ -291,16 +289,6 @@ def judged_from_json(row: dict[str, Any]) -> JudgedPair:
     )
 
 
-def pair_to_json(p: Pair) -> dict[str, Any]:
-    """The shared schema, so held-out pairs can go to any evaluation tool."""
-    return {
-        "id": p.id,
-        "messages": [asdict(m) for m in p.conversation],
-        "chosen": p.chosen,
-        "rejected": p.rejected,
-    }
-
-
 def write_jsonl(path: Path, rows: Sequence[dict[str, Any]]) -> None:
     with path.open("w", encoding="utf-8") as f:
         for row in rows:
@@ -324,7 +312,7 @@ def write_outputs(
     if judged is not None:
         write_jsonl(out_dir / JUDGMENTS_FILE, [judged_to_json(j) for j in judged])
     if holdout:
-        write_jsonl(out_dir / HOLDOUT_FILE, [pair_to_json(p) for p in holdout])
+        write_jsonl(out_dir / HOLDOUT_FILE, [pair_to_row(p) for p in holdout])
     (out_dir / STATS_FILE).write_text(json.dumps(asdict(stats), indent=2) + "\n")
 
 

@@ -7,7 +7,6 @@ checkpoint whose ``template_version`` differs from the service's; this module wr
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
 import subprocess
 from pathlib import Path
@@ -35,14 +34,6 @@ def git_revision(cwd: Path | None = None) -> str | None:
     except (OSError, subprocess.CalledProcessError):
         return None
     return f"{rev}-dirty" if dirty else rev
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def build_manifest(

@@ -5,21 +5,27 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import time
 from pathlib import Path
 from typing import Any
 
+from reflectrm.engines.chat import chat_template_kwargs
 from reflectrm.judging.prompts import get_template
-from reflectrm.models import chat_template_kwargs, default_cache_dir, resolve_model
+from reflectrm.models import default_cache_dir, file_sha256, resolve_model
 from reflectrm.training.config import GRPOSettings
 from reflectrm.training.data import STATS_FILE, read_items
-from reflectrm.training.export import build_manifest, export_checkpoint, file_sha256
 from reflectrm.training.rewards import format_reward, verdict_reward
+from reflectrm.training.trainer import (
+    METRICS_FILE,
+    has_gpu,
+    load_model,
+    load_tokenizer,
+    lora_config,
+    metrics_callback,
+    train_and_export,
+)
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT_DIR = "checkpoint"
-METRICS_FILE = "metrics.jsonl"
 ITEM_COLUMNS = ("prompt", "label", "kind")
 
 
@@ -80,42 +86,18 @@ def trl_config(cfg: GRPOSettings, gpu: bool, out: Path, chat: dict[str, Any]) ->
     )
 
 
-def _metrics_callback(path: Path) -> Any:
-    from transformers import TrainerCallback
-
-    class WriteMetrics(TrainerCallback):
-        """Every logged step to a JSONL file, whatever ``report_to`` says."""
-
-        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **_: Any) -> None:
-            if logs:
-                row = {"step": state.global_step, "time": round(time.time(), 1), **logs}
-                with path.open("a") as f:
-                    f.write(json.dumps(row) + "\n")
-                log.info("step %d/%d %s", state.global_step, state.max_steps, _brief(logs))
-
-    return WriteMetrics()
-
-
-def _brief(logs: dict[str, Any]) -> str:
-    keys = ("loss", "reward", "reward_std", "completions/mean_length", "kl", "step_time")
-    return " ".join(f"{k}={logs[k]:.4g}" for k in keys if isinstance(logs.get(k), int | float))
-
-
 def train(cfg: GRPOSettings, data: Path, cache_dir: Path | None = None) -> Path:
     """Train on ``data`` (train.jsonl from build-data) and export to ``<output_dir>/checkpoint``."""
-    import torch
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOTrainer
 
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     items = read_items(data)
     check_items(items, cfg.template_version)
     base = resolve_model(cfg.model, cache_dir or default_cache_dir(), cfg.template_version)
-    gpu = torch.cuda.is_available()
-    tokenizer = AutoTokenizer.from_pretrained(base)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
+    gpu = has_gpu()
+    tokenizer = load_tokenizer(base)
     chat = chat_template_kwargs(tokenizer)
     dropped = 0
     if cfg.max_prompt_tokens is not None:
@@ -123,22 +105,18 @@ def train(cfg: GRPOSettings, data: Path, cache_dir: Path | None = None) -> Path:
         kept = [i for i, n in zip(items, lengths, strict=True) if n <= cfg.max_prompt_tokens]
         dropped, items = len(items) - len(kept), kept
         check_items(items, cfg.template_version)
-    dtype = torch.bfloat16 if (cfg.dtype == "auto" and gpu) else _dtype(cfg.dtype, torch)
-    model = AutoModelForCausalLM.from_pretrained(base, dtype=dtype)
     dataset = Dataset.from_list([{k: i[k] for k in ITEM_COLUMNS} for i in items])
     rewards: list[Any] = [verdict_reward]
     if cfg.format_reward_weight:
         rewards.append(format_reward)
-    from trl import GRPOTrainer
-
     trainer = GRPOTrainer(
-        model=model,
+        model=load_model(base, cfg.dtype, gpu),
         reward_funcs=rewards,
         args=trl_config(cfg, gpu, out, chat),
         train_dataset=dataset,
         processing_class=tokenizer,
-        peft_config=_lora(cfg),
-        callbacks=[_metrics_callback(out / METRICS_FILE)],
+        peft_config=lora_config(cfg.lora, cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout),
+        callbacks=[metrics_callback(out / METRICS_FILE)],
     )
     log.info(
         "training on %d items (%d dropped as too long), gpu=%s, vllm=%s, lora=%s",
@@ -148,13 +126,14 @@ def train(cfg: GRPOSettings, data: Path, cache_dir: Path | None = None) -> Path:
         cfg.wants_vllm(gpu),
         cfg.lora,
     )
-    started = time.monotonic()
-    result = trainer.train()
     stats_file = data.parent / STATS_FILE
-    manifest = build_manifest(
-        base_path=base,
+    return train_and_export(
+        trainer,
+        tokenizer,
+        out,
+        model=cfg.model,
+        base=base,
         template_version=cfg.template_version,
-        base_model=cfg.model if cfg.model == base else f"{cfg.model} ({base})",
         data={
             "path": str(data),
             "sha256": file_sha256(data),
@@ -164,33 +143,5 @@ def train(cfg: GRPOSettings, data: Path, cache_dir: Path | None = None) -> Path:
             "statistics": json.loads(stats_file.read_text()) if stats_file.is_file() else None,
         },
         config=dataclasses.asdict(cfg),
-        training={
-            "steps": trainer.state.global_step,
-            "seconds": round(time.monotonic() - started, 1),
-            "metrics": result.metrics,
-            "device": "cuda" if gpu else "cpu",
-        },
-    )
-    folder = export_checkpoint(trainer.model, tokenizer, out / CHECKPOINT_DIR, manifest)
-    log.info("checkpoint exported to %s", folder)
-    return folder
-
-
-def _dtype(name: str, torch: Any) -> Any:
-    if name in ("auto", "float32"):
-        return torch.float32
-    return getattr(torch, name)
-
-
-def _lora(cfg: GRPOSettings) -> Any:
-    if not cfg.lora:
-        return None
-    from peft import LoraConfig
-
-    return LoraConfig(
-        r=cfg.lora_r,
-        lora_alpha=cfg.lora_alpha,
-        lora_dropout=cfg.lora_dropout,
-        target_modules="all-linear",
-        task_type="CAUSAL_LM",
+        gpu=gpu,
     )

@@ -11,19 +11,26 @@ teaches no positional preference.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import random
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from reflectrm.engines.chat import chat_template_kwargs
 from reflectrm.judging.prompts import get_template, preference_messages
-from reflectrm.models import chat_template_kwargs, default_cache_dir, resolve_model
+from reflectrm.models import default_cache_dir, file_sha256, resolve_model
 from reflectrm.training.data import JudgedPair, judged_from_json, read_items
-from reflectrm.training.export import build_manifest, export_checkpoint, file_sha256
+from reflectrm.training.trainer import (
+    METRICS_FILE,
+    has_gpu,
+    load_model,
+    load_tokenizer,
+    lora_config,
+    metrics_callback,
+    train_and_export,
+)
 
 log = logging.getLogger(__name__)
 
@@ -71,12 +78,8 @@ def warmup_examples(
 
 
 def warmup(settings: WarmupSettings, judgments: Path, cache_dir: Path | None = None) -> Path:
-    import torch
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import SFTConfig, SFTTrainer
-
-    from reflectrm.training.grpo import _metrics_callback
 
     judged = [judged_from_json(r) for r in read_items(judgments)]
     examples = warmup_examples(judged, settings, random.Random(settings.seed))
@@ -87,21 +90,9 @@ def warmup(settings: WarmupSettings, judgments: Path, cache_dir: Path | None = N
     )
     out = Path(settings.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    gpu = torch.cuda.is_available()
-    tokenizer = AutoTokenizer.from_pretrained(base)
-    model = AutoModelForCausalLM.from_pretrained(
-        base, dtype=torch.bfloat16 if gpu else torch.float32
-    )
-    peft_config = None
-    if settings.lora:
-        from peft import LoraConfig
-
-        peft_config = LoraConfig(
-            r=settings.lora_r,
-            lora_alpha=settings.lora_alpha,
-            target_modules="all-linear",
-            task_type="CAUSAL_LM",
-        )
+    gpu = has_gpu()
+    tokenizer = load_tokenizer(base)
+    chat = chat_template_kwargs(tokenizer)
     args = SFTConfig(
         output_dir=str(out / "trainer"),
         num_train_epochs=settings.epochs,
@@ -115,36 +106,30 @@ def warmup(settings: WarmupSettings, judgments: Path, cache_dir: Path | None = N
         save_strategy="no",
         report_to="none",
         seed=settings.seed,
-        dataset_kwargs={"chat_template_kwargs": chat_template_kwargs(tokenizer)}
-        if chat_template_kwargs(tokenizer)
-        else None,
+        dataset_kwargs={"chat_template_kwargs": chat} if chat else None,
     )
     dataset = Dataset.from_list([{k: e[k] for k in ("prompt", "completion")} for e in examples])
     trainer = SFTTrainer(
-        model=model,
+        model=load_model(base, "auto", gpu),
         args=args,
         train_dataset=dataset,
         processing_class=tokenizer,
-        peft_config=peft_config,
-        callbacks=[_metrics_callback(out / "metrics.jsonl")],
+        peft_config=lora_config(settings.lora, settings.lora_r, settings.lora_alpha),
+        callbacks=[metrics_callback(out / METRICS_FILE)],
     )
     log.info("warm-up on %d examples (%d per position)", len(examples), len(examples) // 2)
-    started = time.monotonic()
-    result = trainer.train()
-    manifest = build_manifest(
-        base_path=base,
+    return train_and_export(
+        trainer,
+        tokenizer,
+        out,
+        model=settings.model,
+        base=base,
         template_version=settings.template_version,
-        base_model=settings.model if settings.model == base else f"{settings.model} ({base})",
         data={
             "judgments": str(judgments),
             "sha256": file_sha256(judgments),
             "examples": len(examples),
         },
         config={"stage": "sft-warmup", **dataclasses.asdict(settings)},
-        training={
-            "steps": trainer.state.global_step,
-            "seconds": round(time.monotonic() - started, 1),
-            "metrics": json.loads(json.dumps(result.metrics, default=str)),
-        },
+        gpu=gpu,
     )
-    return export_checkpoint(trainer.model, tokenizer, out / "checkpoint", manifest)

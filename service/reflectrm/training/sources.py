@@ -1,36 +1,18 @@
-"""Pairwise preference data in the shared schema, from a local file or (online) the hub.
+"""Where training pairs come from: shared-schema files on disk or, online, a hub dataset.
 
-The shared schema (../shared/data/README.md): one JSON object per line with ``id``, ``messages``
-(or ``prompt``), ``chosen`` and ``rejected``; files may be gzip-compressed.
+Rows are read and validated by ``reflectrm.pairs`` (the shared schema, ../shared/data/README.md);
+HelpSteer3-Preference, the paper's training set, is converted to that schema here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from reflectrm.evaluation.benchmarks import conversation_of, read_jsonl
-from reflectrm.judging.types import Message
+from reflectrm.pairs import Pair, pair_from_row, read_rows
 
 HELPSTEER3 = "nvidia/HelpSteer3"
-
-
-@dataclass(frozen=True)
-class Pair:
-    """One human preference: the conversation (ending with a user turn) and two responses."""
-
-    id: str
-    conversation: tuple[Message, ...]
-    chosen: str
-    rejected: str
-
-
-def pair_from_row(row: Mapping[str, Any], index: int = 0) -> Pair:
-    """A shared-schema row as a Pair; ``prompt`` is a single user turn, ``messages`` a history."""
-    row = {"id": index, **row}  # rows without an id are named by their position
-    return Pair(str(row["id"]), conversation_of(row), str(row["chosen"]), str(row["rejected"]))
 
 
 def helpsteer3_row(row: Mapping[str, Any], index: int) -> dict[str, Any] | None:
@@ -51,31 +33,33 @@ def helpsteer3_row(row: Mapping[str, Any], index: int) -> dict[str, Any] | None:
     }
 
 
-def _hub_rows(name: str, split: str) -> Iterable[dict[str, Any]]:
+def _hub_rows(name: str, split: str) -> Iterable[tuple[str, dict[str, Any]]]:
     """A Hugging Face dataset (online users only). HelpSteer3 is converted; others must already
     have the shared schema's columns."""
     import datasets
 
     if name == HELPSTEER3:
         rows = datasets.load_dataset(name, "preference", split=split)
-        converted = (helpsteer3_row(r, i) for i, r in enumerate(rows))
-        return (r for r in converted if r is not None)
-    return datasets.load_dataset(name, split=split)
+        converted = ((i, helpsteer3_row(r, i)) for i, r in enumerate(rows))
+        return ((f"{name} row {i + 1}", r) for i, r in converted if r is not None)
+    rows = datasets.load_dataset(name, split=split)
+    return ((f"{name} row {i + 1}", dict(r)) for i, r in enumerate(rows))
 
 
 def load_pairs(source: str, split: str = "train", limit: int | None = None) -> list[Pair]:
-    """Pairs from a JSONL(.gz) file or a folder of them, or else a hub dataset id."""
+    """Pairs from a JSONL(.gz) file or a folder of them, or else a hub dataset id. A row without
+    an ``id`` is named by its position among the rows read."""
     path = Path(source).expanduser()
     if path.is_dir():
         files = sorted([*path.glob("*.jsonl"), *path.glob("*.jsonl.gz")])
-        rows: Iterable[dict[str, Any]] = (r for f in files for r in read_jsonl(f))
+        rows: Iterable[tuple[str, dict[str, Any]]] = (r for f in files for r in read_rows(f))
     elif path.exists() or source.startswith((".", "/", "~")):
-        rows = read_jsonl(path)
+        rows = read_rows(path)
     else:
         rows = _hub_rows(source, split)
     pairs: list[Pair] = []
-    for i, row in enumerate(rows):
+    for i, (where, row) in enumerate(rows):
         if limit is not None and len(pairs) >= limit:
             break
-        pairs.append(pair_from_row(row, i))
+        pairs.append(pair_from_row(row, where=where, default_id=i))
     return pairs

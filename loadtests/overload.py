@@ -1,0 +1,193 @@
+"""A bounded burst past the service's limits, on loopback: every request must be answered (200,
+or 429 with Retry-After), none lost or hung. Reports what was sent, answered and lost, the
+statuses, the Retry-After values, latencies, and the queue wait the service recorded on /metrics.
+
+With ``--retries N`` each client behaves like a trainer that honours Retry-After: on 429 it
+waits that long and tries again, up to N more times.
+
+Against a running service, or (``--serve``) a `reflectrm serve` of its own, with settings given
+as ``--set NAME=VALUE`` (REFLECTRM_NAME), stopped by SIGTERM at the end:
+
+    flock /tmp/reflectrm-engine.lock env PYTHONPATH=service .venv/bin/python loadtests/overload.py \
+        --serve --set max_concurrent_judgments=4 --set max_queued_judgments=8 \
+        --requests 40 --retries 5 --out runs/overload.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+PAIR = {
+    "prompt": "What is the capital of France?",
+    "responses": ["The capital of France is Paris.", "The capital of France is Berlin."],
+}
+
+
+async def one(client: httpx.AsyncClient, body: dict, retries: int) -> dict[str, Any]:
+    started = time.monotonic()
+    attempts: list[int] = []
+    retry_after: list[int] = []
+    while True:
+        try:
+            r = await client.post("/v1/judge", json=body)
+        except httpx.HTTPError as exc:
+            return {"lost": type(exc).__name__, "attempts": attempts, "retry_after": retry_after}
+        attempts.append(r.status_code)
+        if r.status_code != 429:
+            break
+        retry_after.append(int(r.headers["retry-after"]))
+        if len(attempts) > retries:
+            break
+        await asyncio.sleep(retry_after[-1])
+    return {
+        "status": r.status_code,
+        "attempts": attempts,
+        "retry_after": retry_after,
+        "seconds": time.monotonic() - started,
+    }
+
+
+def metric_lines(text: str, prefix: str) -> dict[str, float]:
+    out = {}
+    for line in text.splitlines():
+        if line.startswith(prefix):
+            name, _, value = line.rpartition(" ")
+            out[name] = float(value)
+    return out
+
+
+async def burst(url: str, n: int, retries: int, body: dict, timeout: float) -> dict[str, Any]:
+    limits = httpx.Limits(max_connections=n + 4)
+    async with httpx.AsyncClient(base_url=url, timeout=timeout, limits=limits) as client:
+        before = metric_lines((await client.get("/metrics")).text, "reflectrm_queue_wait_seconds")
+        started = time.monotonic()
+        results = await asyncio.gather(
+            *[one(client, {**body, "seed": i}, retries) for i in range(n)]
+        )
+        seconds = time.monotonic() - started
+        after = metric_lines((await client.get("/metrics")).text, "reflectrm_queue_wait_seconds")
+    answered = [r for r in results if "status" in r]
+    latencies = sorted(r["seconds"] for r in answered if r["status"] == 200)
+    waits = {k: after[k] - before.get(k, 0.0) for k in after}
+    count = waits.get("reflectrm_queue_wait_seconds_count", 0.0)
+    return {
+        "sent": n,
+        "answered": len(answered),
+        "lost": len(results) - len(answered),
+        "final_statuses": dict(Counter(r["status"] for r in answered)),
+        "first_attempt_statuses": dict(Counter(r["attempts"][0] for r in results if r["attempts"])),
+        "attempts": sum(len(r["attempts"]) for r in results),
+        "retry_after_seen": dict(Counter(v for r in results for v in r["retry_after"])),
+        "seconds": round(seconds, 1),
+        "latency_200_s": {
+            "p50": round(statistics.median(latencies), 1) if latencies else None,
+            "max": round(latencies[-1], 1) if latencies else None,
+        },
+        "queue_wait": {
+            "admitted": int(count),
+            "mean_s": round(waits.get("reflectrm_queue_wait_seconds_sum", 0.0) / count, 2)
+            if count
+            else None,
+            "waited_0s": int(waits.get('reflectrm_queue_wait_seconds_bucket{le="0.0"}', 0.0)),
+        },
+    }
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_service(settings: list[str], log: Path) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT / "service"),
+        "REFLECTRM_KV_CACHE_GIB": "2",
+        "REFLECTRM_MAX_MODEL_LEN": "4096",
+        "REFLECTRM_SWAP_CHECK_FRACTION": "0",
+    }
+    for item in settings:
+        name, _, value = item.partition("=")
+        env[f"REFLECTRM_{name.upper()}"] = value
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "reflectrm.cli", "serve", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=log.open("w"),
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 900
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"the service exited ({proc.returncode}); see {log}")
+        try:
+            if httpx.get(f"{url}/ready", timeout=5).status_code == 200:
+                return proc, url
+        except httpx.TransportError:
+            pass
+        time.sleep(1)
+    proc.kill()
+    raise SystemExit("the service did not become ready")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url", help="a running service (default: --serve one)")
+    parser.add_argument("--serve", action="store_true", help="start `reflectrm serve` for the run")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
+    parser.add_argument("--requests", type=int, default=40)
+    parser.add_argument("--retries", type=int, default=0)
+    parser.add_argument("--mode", default="single")
+    parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument("--timeout", type=float, default=900, help="per request, seconds")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    if not args.url and not args.serve:
+        parser.error("give --url or --serve")
+    proc = None
+    url = args.url
+    if args.serve:
+        log = (args.out or Path("overload.json")).with_suffix(".serve.log")
+        proc, url = start_service(args.set, log)
+    try:
+        body = {**PAIR, "mode": args.mode, "max_tokens": args.max_tokens}
+        report = asyncio.run(burst(url, args.requests, args.retries, body, args.timeout))
+    finally:
+        if proc is not None:
+            proc.send_signal(signal.SIGTERM)
+            report_exit = proc.wait(120)
+    report = {
+        "settings": args.set,
+        "mode": args.mode,
+        "max_tokens": args.max_tokens,
+        "retries": args.retries,
+        **report,
+    }
+    if proc is not None:
+        report["service_exit_status"] = report_exit
+    text = json.dumps(report, indent=2)
+    print(text)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

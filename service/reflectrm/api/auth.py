@@ -1,0 +1,118 @@
+"""Optional API keys: ``Authorization: Bearer <key>`` on every route but the probes.
+
+Off unless keys are configured (``REFLECTRM_API_KEYS``, ``REFLECTRM_API_KEY_FILE``). With keys,
+a request without a valid key gets 401 with ``WWW-Authenticate: Bearer``; ``/health`` and
+``/ready`` stay open for orchestrators, and so does ``/metrics`` unless
+``REFLECTRM_METRICS_REQUIRE_KEY`` is set. Keys are compared as SHA-256 digests with
+``hmac.compare_digest``, against every configured key, so the time taken does not depend on how
+much of a key matched. Keys never appear in logs or error messages.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from collections.abc import Iterable
+from pathlib import Path
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from reflectrm.settings import Settings
+
+# Shortest key accepted: guessing a 16-character random key is hopeless; a shorter one may not be.
+MIN_KEY_CHARS = 16
+# Open with keys configured: liveness and readiness probes, and the API's own description.
+OPEN_PATHS = frozenset(
+    {"/health", "/ready", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"}
+)
+REALM = 'Bearer realm="reflectrm"'
+
+
+class KeyConfigError(ValueError):
+    """The configured keys cannot be used; the service refuses to start rather than run open."""
+
+
+def load_keys(settings: Settings) -> list[str]:
+    """The configured keys: REFLECTRM_API_KEYS (comma-separated) and the lines of
+    REFLECTRM_API_KEY_FILE (blank lines and # comments skipped). Empty: authentication off."""
+    keys: list[str] = []
+    if settings.api_keys is not None:
+        keys += [k.strip() for k in settings.api_keys.get_secret_value().split(",") if k.strip()]
+    if settings.api_key_file is not None:
+        path = Path(settings.api_key_file)
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise KeyConfigError(
+                f"REFLECTRM_API_KEY_FILE {path} cannot be read ({type(exc).__name__})"
+            ) from None
+        file_keys = [ln.strip() for ln in lines if ln.strip() and not ln.lstrip().startswith("#")]
+        if not file_keys:
+            raise KeyConfigError(f"REFLECTRM_API_KEY_FILE {path} holds no key")
+        keys += file_keys
+    short = sum(len(k) < MIN_KEY_CHARS for k in keys)
+    if short:
+        raise KeyConfigError(
+            f"{short} configured API key(s) shorter than {MIN_KEY_CHARS} characters; use long "
+            "random keys, e.g. `python -c 'import secrets; print(secrets.token_urlsafe(32))'`"
+        )
+    return keys
+
+
+def _digest(key: bytes) -> bytes:
+    return hashlib.sha256(key).digest()
+
+
+class ApiKeyAuth:
+    """ASGI middleware: every request outside the open paths needs one of the keys."""
+
+    def __init__(self, app: ASGIApp, keys: Iterable[str], metrics_open: bool = True) -> None:
+        self.app = app
+        self._digests = [_digest(k.encode()) for k in keys]
+        self._open = OPEN_PATHS | ({"/metrics"} if metrics_open else set())
+
+    def allowed(self, token: bytes) -> bool:
+        presented = _digest(token)
+        ok = False
+        for digest in self._digests:  # no early exit: the time does not say which key matched
+            ok |= hmac.compare_digest(presented, digest)
+        return ok
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("path") in self._open:
+            await self.app(scope, receive, send)
+            return
+        token = _bearer(scope)
+        if token is None:
+            await _refuse(
+                send,
+                "this service needs an API key: send the header Authorization: Bearer <key>",
+                REALM,
+            )
+            return
+        if not self.allowed(token):
+            await _refuse(send, "the API key is not valid", f'{REALM}, error="invalid_token"')
+            return
+        await self.app(scope, receive, send)
+
+
+def _bearer(scope: Scope) -> bytes | None:
+    for name, value in scope.get("headers", ()):
+        if name == b"authorization":
+            scheme, _, token = value.partition(b" ")
+            if scheme.lower() == b"bearer" and token.strip():
+                return token.strip()
+            return None
+    return None
+
+
+async def _refuse(send: Send, detail: str, challenge: str) -> None:
+    body = json.dumps({"detail": detail}).encode()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"www-authenticate", challenge.encode()),
+    ]
+    await send({"type": "http.response.start", "status": 401, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

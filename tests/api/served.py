@@ -1,0 +1,65 @@
+"""The app (with a scripted engine) behind a real uvicorn server on a loopback port, in a
+background thread: for tests that need real HTTP (raw sockets, chunked bodies, concurrency)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import uvicorn
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Served:
+    def __init__(self, server: uvicorn.Server, port: int) -> None:
+        self.server = server
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    def call(self, fn: Any, *args: Any) -> None:
+        """Run ``fn(*args)`` on the server's event loop."""
+        assert self.loop is not None
+        self.loop.call_soon_threadsafe(fn, *args)
+
+
+@contextlib.contextmanager
+def served(
+    app: Any, make_server: Callable[[uvicorn.Config], uvicorn.Server] = uvicorn.Server, **kw: Any
+) -> Iterator[Served]:
+    port = free_port()
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", **kw)
+    server = make_server(config)
+    handle = Served(server, port)
+    errors: list[BaseException] = []
+
+    def main() -> None:
+        loop = asyncio.new_event_loop()
+        handle.loop = loop
+        try:
+            loop.run_until_complete(server.serve())
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+        finally:
+            loop.close()
+
+    thread = threading.Thread(target=main, name="served-app", daemon=True)
+    thread.start()
+    while not server.started:
+        if not thread.is_alive():
+            raise RuntimeError("the server did not start") from (errors[0] if errors else None)
+        threading.Event().wait(0.02)
+    try:
+        yield handle
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)

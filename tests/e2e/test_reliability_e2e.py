@@ -1,0 +1,288 @@
+"""Reliability with the real engine: fuzzed, its engine killed, drained on SIGTERM, its parent
+killed. The fuzz run reuses the session's engine; each test that ends a process starts its own
+(`reflectrm serve` or `reflectrm judge` as a subprocess, as an operator would run it)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+from schemathesis import GenerationMode
+
+from tests import fuzzing
+from tests.e2e.conftest import LiveService, free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+PAIR = {
+    "prompt": "What is the capital of France?",
+    "responses": ["The capital of France is Paris.", "The capital of France is Berlin."],
+}
+# Long enough to be certainly running when the test acts: 8 samples of up to 1024 tokens.
+LONG = {**PAIR, "max_tokens": 1024, "seed": 1}
+SHORT = {**PAIR, "mode": "single", "max_tokens": 32, "seed": 2}
+
+
+# --- fuzzing against the real engine ------------------------------------------------------------
+
+FUZZ_MAX_TOKENS = 32
+FUZZ_MAX_CANDIDATES = 2
+
+
+def tiny(case: Any) -> None:
+    """Keep generated judgments small: at most 32 tokens and 2 candidates, one order. Values
+    that are invalid anyway are left alone, to be refused."""
+
+    def shrink(node: Any) -> None:
+        if isinstance(node, dict):
+            if "responses" in node:  # a judgment request
+                for key, cap in (
+                    ("max_tokens", FUZZ_MAX_TOKENS),
+                    ("num_candidates", FUZZ_MAX_CANDIDATES),
+                ):
+                    value = node.get(key, cap + 1)
+                    if isinstance(value, int) and not isinstance(value, bool) and value > cap:
+                        node[key] = cap
+                if node.get("check_swap") is True:
+                    node["check_swap"] = False
+            for value in node.values():
+                shrink(value)
+        elif isinstance(node, list):
+            for value in node:
+                shrink(value)
+
+    shrink(case.body)
+
+
+def test_fuzzing_against_the_real_engine(live: LiveService):
+    schema = fuzzing.operations(fuzzing.load(live.url))
+    tally = fuzzing.Tally()
+    for _, operation in sorted(schema.items()):
+        has_body = bool(operation.body)
+        fuzzing.fuzz(
+            operation, GenerationMode.POSITIVE, 8 if has_body else 1, live.url, tally, tiny, 300
+        )
+        if has_body:
+            fuzzing.fuzz(operation, GenerationMode.NEGATIVE, 25, live.url, tally, tiny, 300)
+    tally.write(os.environ.get("REFLECTRM_FUZZ_REPORT_E2E"))
+    judged = sum(c[200] for k, c in tally.counts.items() if "judge" in k)
+    assert judged > 0  # real judgments ran, not only refusals
+
+
+# --- a service of its own, as a subprocess -----------------------------------------------------
+
+
+class Served:
+    """`reflectrm serve` with its own engine, logs in files, every process of it tracked."""
+
+    def __init__(self, tmp: Path, **settings: str) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = {
+            **os.environ,
+            "PYTHONPATH": f"{ROOT / 'service'}{os.pathsep}{ROOT}",
+            "REFLECTRM_KV_CACHE_GIB": "1",
+            "REFLECTRM_MAX_MODEL_LEN": "4096",
+            "REFLECTRM_MAX_TOKENS": "48",
+            "REFLECTRM_SWAP_CHECK_FRACTION": "0",
+            "REFLECTRM_REQUEST_TIMEOUT_S": "600",
+            **{f"REFLECTRM_{k.upper()}": v for k, v in settings.items()},
+        }
+        self.stderr_path = tmp / "serve.stderr"
+        self._stderr = self.stderr_path.open("w")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "reflectrm.cli", "serve", "--port", str(self.port)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=self._stderr,
+        )
+        self.family: list[psutil.Process] = []
+
+    @property
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace")
+
+    def wait_ready(self, timeout: float = 900) -> None:
+        deadline = time.monotonic() + timeout
+        while self.ready_status() != 200:
+            assert self.proc.poll() is None, f"serve exited: {self.stderr[-3000:]}"
+            assert time.monotonic() < deadline, "the engine did not start in time"
+            time.sleep(1)
+
+    def ready_status(self) -> int | None:
+        try:
+            return httpx.get(f"{self.url}/ready", timeout=5).status_code
+        except httpx.TransportError:
+            return None
+
+    def in_flight(self) -> float:
+        text = httpx.get(f"{self.url}/metrics", timeout=10).text
+        line = next(
+            ln for ln in text.splitlines() if ln.startswith("reflectrm_judgments_in_flight ")
+        )
+        return float(line.split()[1])
+
+    def note_family(self) -> list[psutil.Process]:
+        """Every process of the service now: itself, the engine's, the reaper."""
+        me = psutil.Process(self.proc.pid)
+        self.family = [me, *me.children(recursive=True)]
+        return self.family
+
+    def engine_core(self) -> psutil.Process:
+        for p in psutil.Process(self.proc.pid).children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                if "EngineCore" in p.name() or "EngineCore" in " ".join(p.cmdline()):
+                    return p
+        raise AssertionError("no engine core process")
+
+    def left_running(self) -> list[psutil.Process]:
+        return [p for p in self.family if alive(p)]
+
+    def stop(self) -> None:
+        """Whatever still runs of it (a failed test) is killed."""
+        if self.proc.poll() is None:
+            self.note_family()
+        for p in self.left_running():
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+        self.proc.wait(30)
+        self._stderr.close()
+
+
+def alive(p: psutil.Process) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"never happened: {what}"
+        time.sleep(0.2)
+
+
+@contextlib.contextmanager
+def serving(tmp_path: Path, **settings: str) -> Iterator[Served]:
+    served = Served(tmp_path, **settings)
+    try:
+        served.wait_ready()
+        yield served
+    finally:
+        served.stop()
+
+
+def post(url: str, body: dict) -> httpx.Response:
+    return httpx.post(f"{url}/v1/judge", json=body, timeout=600)
+
+
+def test_engine_killed_mid_load_in_flight_503_ready_503_exit_1_nothing_left(tmp_path):
+    with serving(tmp_path, ENGINE_CHECK_INTERVAL_S="1") as s, ThreadPoolExecutor(4) as pool:
+        calls = [pool.submit(post, s.url, {**LONG, "seed": i}) for i in range(3)]
+        wait_for(lambda: s.in_flight() == 3, "three judgments in flight", 120)
+        family = s.note_family()
+        core = s.engine_core()
+        os.kill(core.pid, signal.SIGKILL)
+        killed = time.monotonic()
+        # In flight: 503 saying why, long before their 600 s deadline (the client waits 600 s).
+        answers = [c.result(timeout=600) for c in calls]
+        answered_s = time.monotonic() - killed
+        assert [r.status_code for r in answers] == [503] * 3, [r.text for r in answers]
+        assert all("engine" in r.json()["detail"] for r in answers)
+        # /ready is 503 (or the port is already closed) and the process exits 1 by itself.
+        statuses = set()
+        while s.proc.poll() is None and time.monotonic() - killed < 120:
+            statuses.add(s.ready_status())
+            time.sleep(0.2)
+        assert s.proc.returncode == 1, s.stderr[-3000:]
+        assert 200 not in statuses
+        assert "REFLECTRM_EXIT_ON_ENGINE_FAILURE" in s.stderr
+        wait_for(lambda: not s.left_running(), "every process of the service ends", 60)
+        print(
+            f"in-flight answered {answered_s:.1f} s after the kill; {len(family)} processes ended"
+        )
+
+
+def test_sigterm_drains_in_flight_finish_or_are_aborted_exit_0_quietly_nothing_left(tmp_path):
+    with serving(tmp_path, SHUTDOWN_GRACE_S="20") as s, ThreadPoolExecutor(4) as pool:
+        short = pool.submit(post, s.url, SHORT)
+        long = pool.submit(post, s.url, LONG)
+        wait_for(lambda: s.in_flight() == 2, "two judgments in flight", 120)
+        s.note_family()
+        s.proc.send_signal(signal.SIGTERM)
+        # At once: not ready, and a new judgment is refused; the port still answers.
+        wait_for(lambda: s.ready_status() == 503, "/ready says 503", 5)
+        refused = post(s.url, SHORT)
+        assert refused.status_code == 503 and "shutting down" in refused.json()["detail"]
+        assert refused.headers["retry-after"]
+        # The short judgment finishes; the long one is aborted when the grace period ends.
+        assert short.result(timeout=120).status_code == 200
+        r = long.result(timeout=120)
+        assert r.status_code == 503 and "REFLECTRM_SHUTDOWN_GRACE_S" in r.json()["detail"]
+        assert s.proc.wait(120) == 0, s.stderr[-3000:]
+        wait_for(lambda: not s.left_running(), "every process of the service ends", 60)
+        # Shut down explicitly and quietly: no traceback (vLLM's AsyncLLM.__del__ printed one).
+        assert "Traceback" not in s.stderr and "Exception ignored" not in s.stderr, s.stderr[-3000:]
+
+
+def test_a_judge_command_killed_with_sigkill_leaves_no_engine_processes(tmp_path):
+    stderr_path = tmp_path / "judge.stderr"
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{ROOT / 'service'}{os.pathsep}{ROOT}",
+        "REFLECTRM_KV_CACHE_GIB": "1",
+        "REFLECTRM_MAX_MODEL_LEN": "4096",
+    }
+    with stderr_path.open("w") as stderr:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "reflectrm.cli",
+                "judge",
+                "--prompt",
+                PAIR["prompt"],
+                "--response1",
+                PAIR["responses"][0],
+                "--response2",
+                PAIR["responses"][1],
+                "--max-tokens",
+                "1024",
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
+        family: list[psutil.Process] = []
+        try:
+            wait_for(
+                lambda: (
+                    "vLLM engine ready" in stderr_path.read_text(errors="replace")
+                    or proc.poll() is not None
+                ),
+                "the engine is up",
+                900,
+            )
+            assert proc.poll() is None, stderr_path.read_text()[-3000:]
+            me = psutil.Process(proc.pid)
+            family = [me, *me.children(recursive=True)]
+            assert any("EngineCore" in p.name() for p in family)
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(30)
+            # Before the reaper, the engine core and its worker lived on under init.
+            wait_for(lambda: not [p for p in family if alive(p)], "the engine's processes end", 60)
+        finally:
+            for p in [*family, *([] if family else [psutil.Process(proc.pid)])]:
+                with contextlib.suppress(psutil.Error):
+                    p.kill()
+            proc.wait(30)
