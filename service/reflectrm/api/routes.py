@@ -54,6 +54,12 @@ async def metrics(state: StateDep) -> Response:
 
 def to_request(body: schemas.JudgeRequest, settings: Settings) -> types.JudgeRequest:
     """Apply the server's defaults and check limits that depend on settings."""
+    if body.ablation != "none" and not settings.allow_ablations:
+        raise HTTPException(
+            422,
+            detail=f"ablation {body.ablation!r} is for evaluation and this server does not "
+            "allow it; start it with REFLECTRM_ALLOW_ABLATIONS=true",
+        )
     max_tokens = body.max_tokens or settings.max_tokens
     if max_tokens > settings.max_tokens_limit:
         raise HTTPException(
@@ -73,6 +79,7 @@ def to_request(body: schemas.JudgeRequest, settings: Settings) -> types.JudgeReq
         num_candidates=body.num_candidates or settings.num_candidates,
         seed=secrets.randbelow(2**31) if body.seed is None else body.seed,
         max_tokens=max_tokens,
+        ablation=body.ablation,
     )
 
 
@@ -100,7 +107,7 @@ async def judge_pair(body: schemas.JudgeRequest, call: CallDep) -> schemas.Judge
         request = to_request(body, call.settings)
         judgment, swap = await call.run(judge_orders(call, request, body.check_swap))
         record(judgment, swap)
-    if swap is None:
+    if swap is None and request.ablation == "none":  # an ablation is not served traffic
         call.state.swap_checks.offer(call.judge, request, judgment, call.request_id)
     return schemas.judge_response(
         judgment,

@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from reflectrm.judging.judge import consistent, unswap_winner
-from reflectrm.judging.types import Judgment, Mode, Outcome, Role
+from reflectrm.judging.types import Ablation, Judgment, Mode, Outcome, Role
 
 # Larger than any model context in characters; bounds the work spent before the 413 check.
 MAX_TEXT_CHARS = 1_000_000
@@ -87,6 +87,12 @@ class JudgeRequest(BaseModel):
         False, description="Also judge with the responses swapped and report `consistent`."
     )
     return_trace: bool = Field(False, description="Include every candidate and reflection.")
+    # Evaluation only (reflectrm eval --url): refused with 422 unless REFLECTRM_ALLOW_ABLATIONS.
+    ablation: Ablation = Field(
+        "none",
+        description="Evaluation only: one of the paper's ablations of reflect mode. The server "
+        "accepts it only with REFLECTRM_ALLOW_ABLATIONS=true (422 otherwise).",
+    )
 
     @model_validator(mode="after")
     def _one_conversation(self) -> JudgeRequest:
@@ -94,6 +100,8 @@ class JudgeRequest(BaseModel):
             raise ValueError("give exactly one of `prompt` (a string) or `messages` (a list)")
         if self.messages is not None and self.messages[-1].role != "user":
             raise ValueError("`messages` must end with a user turn: the query being answered")
+        if self.ablation != "none" and self.mode != "reflect":
+            raise ValueError("`ablation` applies to mode `reflect` only")
         return self
 
 
