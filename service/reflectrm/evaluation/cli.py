@@ -93,7 +93,7 @@ class UsageError(ValueError):
 
 def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add every ``reflectrm eval`` option to a parser."""
-    data = p.add_argument_group("benchmarks")
+    data = p.add_argument_group("datasets")
     data.add_argument(
         "--dataset",
         action="append",
@@ -261,7 +261,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "service's judging code (own engine or --url), append each judgment to "
         "OUT_DIR/results.jsonl as it finishes (a rerun resumes), and write report.json, "
         "report.md (the paper's Tables 1, 2 and 5; a table per dataset of your own; "
-        "swap-debiased rows beside the plain ones) and report.png.",
+        "swap-debiased rows beside the plain ones) and report.png. A pair with an empty turn or "
+        "response is not judged: the service refuses it (422), and in-process evaluation "
+        "follows the same rule; it is recorded as an error and scored as no verdict.",
     )
     configure(p)
     p.set_defaults(func=run)
