@@ -152,6 +152,12 @@ class Settings(BaseSettings):
     early_exit: bool = Field(
         True, description="Skip reflection when every parsed stage-1 verdict agrees."
     )
+    allow_ablations: bool = Field(
+        False,
+        description="Accept the request field `ablation` (random_anchor, random_winners, "
+        "anchor_only: the paper's ablations of reflect mode), for evaluating through the "
+        "service; off, a request naming one gets 422. Not for serving.",
+    )
 
     # --- engine ------------------------------------------------------------------------------
     device: Literal["auto", "cpu", "cuda"] = Field(

@@ -69,6 +69,13 @@ def test_eval_in_process_scores_and_rescores(engine, live, tmp_path):
                 cell = built[metric][mode]["benchmarks"][b]
                 assert 0.0 <= cell["value"] <= 100.0
     assert built["consistency"]["reflect"]["benchmarks"][REWARDBENCH]["n"] == 2
+    # Both orders with scores recorded: every mode has its swap-debiased row, at no engine cost.
+    for mode in ("single", "reflect"):
+        assert built["accuracy"][f"{mode}+swap"]["benchmarks"][REWARDBENCH]["n"] == 2
+        assert built["position"][f"{mode}+swap"][REWARDBENCH]["first_position_rate"] in (
+            50.0,
+            None,
+        )
     assert (
         built["cost"]["reflect"]["generated_tokens"] > built["cost"]["single"]["generated_tokens"]
     )
@@ -104,6 +111,11 @@ def test_eval_command_through_the_service(live, tmp_path):
         assert r.status in ("verdict", "no_verdict")
         assert r.engine_requests == 1 and r.prompt_tokens > 0
     assert (out / "report.md").read_text().count("JudgeBench") >= 2
+    # This service does not allow ablations: naming one stops the command before judging.
+    refused = tmp_path / "ablation"
+    argv = ["--dataset", str(data), "--url", live.url, "--mode", "anchor_only"]
+    assert cli.main([*argv, "--no-progress", "--out-dir", str(refused)]) == 2
+    assert not (refused / cli.RESULTS_NAME).exists()
 
 
 def test_http_backend_reports_service_errors_as_records(live, tmp_path):

@@ -121,13 +121,41 @@ def test_dataset_specs(shared, tmp_path):
     plain = tmp_path / "some=file.jsonl"
     plain.write_text("".join(json.dumps(r) + "\n" for r in rows))
     b = load_dataset(f"judgebench={plain}", SHARED_DATA)
-    assert (b.name, len(b.pairs)) == (JUDGEBENCH, 3)
-    with pytest.raises(DatasetError, match="cannot tell which benchmark"):
-        load_dataset(str(plain), SHARED_DATA)
+    assert (b.name, len(b.pairs), b.generic) == (JUDGEBENCH, 3, False)
+    # No known benchmark: a dataset of the user's own, under its file name or a label.
+    own = load_dataset(str(plain), SHARED_DATA)
+    assert (own.name, own.generic, own.pairs[0].benchmark) == ("some-file", True, "some-file")
+    assert own.pairs[0].meta == {"subset": rows[0]["subset"]}
+    mine = load_dataset(f"mine={plain}", SHARED_DATA)
+    assert (mine.name, mine.generic) == ("mine", True)
+    with pytest.raises(DatasetError, match="'mine' is not a benchmark"):
+        load_dataset("mine=no-such-file.jsonl", SHARED_DATA)
     with pytest.raises(DatasetError, match="no local ppe file"):
         load_dataset("ppe", tmp_path)
     with pytest.raises(DatasetError, match="not a file"):
         load_dataset("no-such-thing", tmp_path)
+
+
+def test_rows_lacking_a_field_of_the_official_metric_stop_the_load(tmp_path):
+    """Checked for every row when the file loads, so nothing is judged first; the message names
+    the file, the row and the field, and how to score the file generically instead."""
+    path = tmp_path / "data.jsonl"
+    good = {"id": "a", "prompt": "q", "chosen": "x", "rejected": "y", "subset": "s", "goal": "G"}
+    bad = {"id": "b", "prompt": "q", "chosen": "x", "rejected": "y", "subset": "s"}
+    path.write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n")
+    with pytest.raises(DatasetError) as err:
+        load_dataset(f"rmb={path}", tmp_path)
+    assert f"{path}:2: missing field `goal`" in str(err.value)
+    assert "--dataset mydata=PATH" in str(err.value)
+    for name, field in ((RMBENCH, "`difficulty`"), (REWARDBENCH, "")):
+        with pytest.raises(DatasetError, match=f"{path}:1: .*{field}"):
+            load_file(path, name)  # RewardBench: "s" is none of its subsets
+    # The same rows as a dataset of one's own: generic scoring needs none of those fields.
+    own = load_dataset(f"own={path}", tmp_path)
+    assert [p.meta for p in own.pairs] == [{"subset": "s"}, {"subset": "s"}]
+    grouped = tmp_path / "grouped.jsonl"
+    grouped.write_text(json.dumps({**good, "group_id": 7}) + "\n")
+    assert load_file(grouped).pairs[0].meta == {"subset": "s", "group_id": "7"}
 
 
 def test_a_bad_row_is_reported_with_its_line(tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 
 import pytest
 
@@ -16,8 +17,9 @@ HELP = {"goal": "Helpfulness", "subset": "Helpfulness/Chat"}
 HARM = {"goal": "Harmlessness", "subset": "Harmlessness/S1"}
 
 
-def rec(benchmark, pair, mode, position, primary, winner, meta, tokens=100):
+def rec(benchmark, pair, mode, position, primary, winner, meta, tokens=100, scores=None):
     return Record(
+        scores=scores,
         benchmark=benchmark,
         pair_id=pair,
         mode=mode,
@@ -101,6 +103,63 @@ def test_report_numbers_from_hand_made_results(tmp_path):
         RMB: {"judged": 4, "both_orders": 4},
         JUDGEBENCH: {"judged": 2, "both_orders": 2},
     }
+
+
+def generic_records() -> list[Record]:
+    """A dataset of one's own ("mine"), single mode, with scores (hand-computed below)."""
+    a, b = {"subset": "A", "group_id": "G1"}, {"subset": "B"}
+    rows = [  # pair, chosen position of the primary order, winners and scores of both orders
+        ("g1", 1, a, (1, (1.0, 0.0)), (1, (1.0, 0.0))),
+        ("g2", 2, a, (2, (0.25, 0.75)), (1, (0.75, 0.25))),
+        ("g3", 1, b, (1, (0.625, 0.375)), (1, (0.875, 0.125))),
+        ("g4", 2, {"subset": "B", "group_id": "G2"}, (1, (0.75, 0.25)), (None, (0.5, 0.5))),
+    ]
+    out = []
+    for pair, first, meta, (w1, s1), (w2, s2) in rows:
+        out.append(rec("mine", pair, "single", first, True, w1, meta, 10, s1))
+        out.append(rec("mine", pair, "single", 3 - first, False, w2, meta, 20, s2))
+    return out
+
+
+def test_a_generic_dataset_with_groups_and_swap_rows(tmp_path):
+    path = tmp_path / "results.jsonl"
+    write_results(path, generic_records())
+    built = report.build(records.load(path), path, resamples=200, seed=0)
+    assert built["benchmarks"] == [] and built["datasets"] == ["mine"]
+    assert list(built["modes"]) == ["single", "single+swap"]
+    plain = built["accuracy"]["single"]["benchmarks"]["mine"]
+    # Seeded order: g1, g2, g3 right, g4 wrong. Subsets A (g1, g2) and B (g3, g4).
+    assert (plain["value"], plain["n"], plain["details"]) == (75.0, 4, {"A": 100.0, "B": 50.0})
+    # Groups: G1 = {g1, g2} both right, G2 = {g4} wrong; g3 has no group.
+    assert plain["groups"]["value"] == 50.0 and plain["groups"]["n"] == 2
+    assert built["consistency"]["single"]["benchmarks"]["mine"]["value"] == 25.0  # only g2
+    assert built["consistency"]["single"]["benchmarks"]["mine"]["groups"]["value"] == 0.0
+    assert built["agreement"]["single"]["benchmarks"]["mine"]["value"] == 25.0
+    # Swap: g1 averages to (0.5, 0.5): a tie, no verdict. g2 (0.25, 0.75): chosen (2) wins.
+    # g3 (0.375, 0.625): the rejected response (2) wins. g4 with a no-verdict order counted as
+    # (0.5, 0.5): (0.625, 0.375), the rejected response (1) wins.
+    swap = built["accuracy"]["single+swap"]["benchmarks"]["mine"]
+    assert (swap["value"], swap["details"]) == (25.0, {"A": 50.0, "B": 0.0})
+    assert swap["delta_vs_single"]["value"] == -50.0
+    assert built["consistency"]["single+swap"]["benchmarks"]["mine"]["value"] == 25.0
+    assert built["agreement"]["single+swap"]["benchmarks"]["mine"]["value"] == 75.0
+    position = built["position"]
+    assert position["single"]["mine"] == {
+        "judgments": 8,
+        "first_position_rate": round(100 * 6 / 7, 2),
+        "no_verdict_rate": 12.5,
+    }
+    assert position["single+swap"]["mine"] == {
+        "judgments": 8,
+        "first_position_rate": 50.0,
+        "no_verdict_rate": 25.0,
+    }
+    cost = built["cost"]["single+swap"]
+    assert (cost["judgments"], cost["generated_tokens"], cost["engine_requests"]) == (4, 30, 2)
+    md = report.markdown(built)
+    assert "Table 1" not in md and "**mine** (4 pairs, 4 in both orders;" in md
+    assert "| Single judgment (greedy), swap-debiased | 25.0 [" in md
+    assert "| A (2) | 100.0 | 50.0 |" in md and "Swap: " in md and "Groups: " in md
 
 
 def test_markdown_has_the_papers_tables(tmp_path):
@@ -204,11 +263,43 @@ def test_eval_command_runs_resumes_and_refuses_mixed_settings(tmp_path, fake_eng
 
 def test_eval_command_usage_errors(tmp_path, capsys):
     data = str(dataset(tmp_path))
-    ablation = ["--dataset", data, "--mode", "anchor_only", "--url", "http://x", "--out-dir"]
-    assert cli.main([*ablation, str(tmp_path)]) == 2
-    assert "need an own engine" in capsys.readouterr().err
+    down = ["--dataset", data, "--mode", "anchor_only", "--url", "http://127.0.0.1:9", "--out-dir"]
+    assert cli.main([*down, str(tmp_path)]) == 2
+    assert "cannot reach http://127.0.0.1:9" in capsys.readouterr().err
     assert cli.main(["--dataset", data, "--limit", "x=3", "--out-dir", str(tmp_path)]) == 2
+    assert "--limit names x, which is not among the datasets run (rmb)" in capsys.readouterr().err
     assert cli.main(["--dataset", data, "--limit", "0", "--out-dir", str(tmp_path)]) == 2
+
+
+def test_a_file_lacking_a_metric_field_fails_before_judging(tmp_path, fake_engine, capsys):
+    path = tmp_path / "pairs.jsonl"
+    rows = [{"id": f"r{i}", "prompt": "q", "chosen": "c", "rejected": "r"} for i in range(3)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = ["--out-dir", str(tmp_path / "out"), "--no-progress", "--bootstrap", "20"]
+    assert cli.main(["--dataset", f"rmb={path}", *out]) == 2
+    assert f"{path}:1: missing fields `subset` and `goal`" in capsys.readouterr().err
+    assert fake_engine == [] and not (tmp_path / "out" / cli.RESULTS_NAME).exists()
+    # Labelled as a dataset of one's own, the same file is judged and scored generically.
+    assert cli.main(["--dataset", f"mine={path}", "--mode", "single", *out]) == 0
+    assert fake_engine == ["default"]
+    report_md = (tmp_path / "out" / "report.md").read_text()
+    assert "**mine** (3 pairs, 3 in both orders;" in report_md and "swap-debiased" in report_md
+
+
+def test_library_logs_are_quiet_unless_verbose():
+    root, httpx_log = logging.getLogger(), logging.getLogger("httpx")
+    saved = root.level, logging.getLogger("reflectrm").level
+    try:
+        root.setLevel(logging.INFO)
+        cli.quiet_libraries(verbose=True)
+        assert httpx_log.isEnabledFor(logging.INFO)
+        cli.quiet_libraries(verbose=False)
+        assert not httpx_log.isEnabledFor(logging.INFO)  # no line per request over --url
+        assert httpx_log.isEnabledFor(logging.WARNING)
+        assert logging.getLogger("reflectrm.evaluation.cli").isEnabledFor(logging.INFO)
+    finally:
+        root.setLevel(saved[0])
+        logging.getLogger("reflectrm").setLevel(saved[1])
 
 
 def test_help_explains_every_option(capsys):

@@ -9,12 +9,16 @@ from collections import Counter
 import httpx
 import pytest
 
+from reflectrm.engines.base import GenerationResult, Prompt, SamplingSpec
 from reflectrm.evaluation import records
 from reflectrm.evaluation.benchmarks import JUDGEBENCH, RMB
 from reflectrm.evaluation.runner import (
     MODES,
+    CountingEngine,
     EngineBackend,
+    EngineWork,
     HttpBackend,
+    ServiceRefusedError,
     TransientError,
     mode_label,
     pending,
@@ -86,12 +90,62 @@ def test_stable_int_does_not_depend_on_the_process():
 # --- running and resuming -------------------------------------------------------------------
 
 
-def run(units, backend, path, concurrency=4):
+def run(units, backend, path, concurrency=4, share_samples=False):
     async def go():
         with records.Writer(path) as writer:
-            return await run_units(units, backend, writer, concurrency)
+            return await run_units(units, backend, writer, concurrency, None, share_samples)
 
     return asyncio.run(go())
+
+
+class SeededEngine(ScriptedEngine):
+    """Stage-1 outputs that depend on the prompt and the seed as vLLM's do: output i of a
+    seeded request is drawn with seed + i whatever n is; a greedy request depends on the prompt
+    only. Every output is 10 tokens; reflections prefer the alphabetically first critique."""
+
+    def __init__(self) -> None:
+        super().__init__(reflect=lambda c1, c2: 1 if c1 <= c2 else 2)
+
+    async def generate(
+        self, prompt: Prompt, spec: SamplingSpec, request_id: str
+    ) -> GenerationResult:
+        if "# Critiques for Judgment" in prompt.text:
+            return await super().generate(prompt, spec, request_id)
+        self.calls.append((prompt.text, spec))
+        outs = []
+        for i in range(spec.n):
+            draw = stable_int(prompt.text, "greedy" if spec.seed is None else spec.seed + i)
+            confidence = (-0.01,) * 9 + (-(draw % 1000) / 100,)
+            outs.append(judgment(1 + draw % 2, f"analysis {draw % 97}", confidence))
+        return GenerationResult(generations=tuple(outs), prompt_tokens=prompt.num_tokens)
+
+
+def test_shared_samples_give_the_per_mode_results_with_less_engine_work(tmp_path):
+    """Every mode of a pair-order starting from one stage-1 request (the largest N) records
+    exactly what judging each mode alone records, byte for byte but the measured latency."""
+    units = plan(make_pairs(3), list(MODES), True, 0, 8, 64)
+    out: dict[bool, tuple[list[str], EngineWork]] = {}
+    for share in (False, True):
+        work = EngineWork()
+        judge = Judge(CountingEngine(SeededEngine(), work), JudgeConfig(early_exit=False))
+        path = tmp_path / f"share-{share}.jsonl"
+        summary = run(units, EngineBackend(judge), path, concurrency=3, share_samples=share)
+        assert summary.judged == 3 * 2 * 7
+        rows = []
+        for r in records.load(path).records:
+            row = r.to_json()
+            del row["latency_ms"]
+            rows.append(json.dumps(row, sort_keys=True))
+        out[share] = (sorted(rows), work)
+    assert out[True][0] == out[False][0]
+    verdicts = Counter(json.loads(r)["winner"] for r in out[True][0])
+    assert verdicts[1] and verdicts[2]  # the outputs vary with the seed: a real comparison
+    # Per pair and order, alone: 6 stage-1 requests of 8, 15, 8, 8, 8, 8 samples, 1 greedy, and
+    # 3 x 7 reflections (random_anchor, random_winners and ReflectRM; anchor_only has none):
+    # 28 requests, (55 + 1 + 21) x 10 tokens. Shared: one request of 15 samples for the six.
+    alone, shared = out[False][1], out[True][1]
+    assert (alone.requests, alone.generated_tokens) == (6 * 28, 6 * 770)
+    assert (shared.requests, shared.generated_tokens) == (6 * 23, 6 * 370)
 
 
 def test_run_appends_one_record_per_judgment_and_resumes(tmp_path):
@@ -218,6 +272,29 @@ def test_http_backend_retries_transient_and_records_permanent_failures():
 
     backend, _ = http_backend(lambda r: httpx.Response(504, json={"detail": "deadline"}))
     with pytest.raises(TransientError, match="http_504"):
+        asyncio.run(backend.judge(unit, "r"))
+
+
+def test_an_empty_text_is_refused_alike_in_process_and_over_http(tmp_path):
+    """The service's schema refuses empty texts with 422; in-process the harness applies the
+    same rule, so both backends record the same error without judging (see the API test)."""
+    empty = Pair("e", (Message("user", ""),), "good", "bad", RMB, {"goal": "G", "subset": "s"})
+    (unit,) = plan([empty], ["reflect"], False, 0, 8, 64)
+    engine = scripted_engine()
+    local = EngineBackend(Judge(engine, JudgeConfig())).judge(unit, "r")
+    remote, _ = http_backend(lambda r: pytest.fail("nothing may be sent"))
+    outcomes = [asyncio.run(local), asyncio.run(remote.judge(unit, "r"))]
+    assert outcomes[0] == outcomes[1]
+    assert outcomes[0].status == "error"
+    assert outcomes[0].error == "invalid_request: turn 1 (user) of the conversation is empty"
+    assert engine.calls == []
+
+
+def test_a_service_refusing_ablations_stops_the_run():
+    detail = "ablation 'anchor_only' is for evaluation and this server does not allow it"
+    backend, _ = http_backend(lambda r: httpx.Response(422, json={"detail": detail}))
+    (unit,) = plan(make_pairs(1), ["anchor_only"], False, 0, 8, 64)
+    with pytest.raises(ServiceRefusedError, match="REFLECTRM_ALLOW_ABLATIONS"):
         asyncio.run(backend.judge(unit, "r"))
 
 

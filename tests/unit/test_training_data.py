@@ -23,6 +23,7 @@ from reflectrm.training.data import (
     judged_to_json,
     mix_counts,
     rebuild,
+    refit,
     select_items,
     shown_order,
 )
@@ -113,6 +114,21 @@ def test_mix_is_four_to_one_and_shuffled() -> None:
     kinds = [i["kind"] for i in items]
     assert kinds.count("preference") == 4 * kinds.count("reflection")
     assert kinds != sorted(kinds)  # the two sets are interleaved, not concatenated
+
+
+def test_too_long_items_are_dropped_before_the_mix_so_it_stays_four_to_one() -> None:
+    """GRPO's max_prompt_tokens: 40 preference + 10 reflection items, of which 5 reflection
+    items are too long. Filtering alone would train on 40:5 (8:1); refit keeps 20:5."""
+    items = [{"id": f"p{k}", "kind": "preference"} for k in range(40)]
+    items += [{"id": f"r{k}", "kind": "reflection"} for k in range(10)]
+    random.Random(0).shuffle(items)
+    long_ones = {"r0", "r3", "r5", "r6", "r9"}
+    kept = refit(items, lambda i: i["id"] not in long_ones)
+    kinds = Counter(i["kind"] for i in kept)
+    assert (kinds["preference"], kinds["reflection"]) == (20, 5)
+    assert not long_ones & {i["id"] for i in kept}
+    assert [i for i in items if i in kept] == kept  # file order kept
+    assert refit(items, lambda i: True) == items  # nothing too long: the file as it is
 
 
 @pytest.mark.parametrize(

@@ -73,7 +73,7 @@ async def judge_pair(body: schemas.JudgeRequest, call: CallDep) -> schemas.Judge
         judgment, swap = await call.run(work.judge_orders(call, request, body.two_orders))
         response = work.pair_response(call, body, judgment, swap, call.request_id)
         record(judgment, swap, response.outcome)
-    if swap is None:
+    if swap is None and request.ablation == "none":  # an ablation is not served traffic
         call.state.swap_checks.offer(call.judge, request, judgment, call.request_id)
     return response
 

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from reflectrm.judging.debias import Debias, Debiased, combine
 from reflectrm.judging.judge import unswap_winner
 from reflectrm.judging.rewards import Strategy
-from reflectrm.judging.types import Judgment, Mode, Outcome, Role
+from reflectrm.judging.types import Ablation, Judgment, Mode, Outcome, Role
 
 # Larger than any model context in characters; bounds the work spent before the 413 check.
 MAX_TEXT_CHARS = 1_000_000
@@ -118,10 +118,22 @@ class JudgeRequest(Conversation):
         "answer stays the first order's (debias: swap averages both instead).",
     )
     return_trace: bool = Field(False, description="Include every candidate and reflection.")
+    # Evaluation only (reflectrm eval --url): refused with 422 unless REFLECTRM_ALLOW_ABLATIONS.
+    ablation: Ablation = Field(
+        "none",
+        description="Evaluation only: one of the paper's ablations of reflect mode. The server "
+        "accepts it only with REFLECTRM_ALLOW_ABLATIONS=true (422 otherwise).",
+    )
 
     @property
     def two_orders(self) -> bool:
         return self.check_swap or self.debias == "swap"
+
+    @model_validator(mode="after")
+    def _ablation_in_reflect_mode(self) -> JudgeRequest:
+        if self.ablation != "none" and self.mode != "reflect":
+            raise ValueError("`ablation` applies to mode `reflect` only")
+        return self
 
 
 class Usage(BaseModel):

@@ -61,6 +61,13 @@ def new_seed() -> int:
 
 def to_request(body: schemas.JudgeRequest, settings: Settings) -> types.JudgeRequest:
     """Apply the server's defaults and check limits that depend on settings."""
+    ablation: types.Ablation = getattr(body, "ablation", "none")
+    if ablation != "none" and not settings.allow_ablations:
+        raise HTTPException(
+            422,
+            detail=f"ablation {ablation!r} is for evaluation and this server does not "
+            "allow it; start it with REFLECTRM_ALLOW_ABLATIONS=true",
+        )
     return types.JudgeRequest(
         conversation=conversation_of(body),
         responses=(body.responses[0], body.responses[1]),
@@ -68,6 +75,7 @@ def to_request(body: schemas.JudgeRequest, settings: Settings) -> types.JudgeReq
         num_candidates=body.num_candidates or settings.num_candidates,
         seed=new_seed() if body.seed is None else body.seed,
         max_tokens=max_tokens_of(body.max_tokens, settings),
+        ablation=ablation,
     )
 
 

@@ -1,4 +1,5 @@
-"""``reflectrm eval``: judge benchmark pairs, append per-judgment results, write the report."""
+"""``reflectrm eval``: judge benchmark pairs (or any pairwise file), append per-judgment results,
+write the report."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import argparse
 import asyncio
 import datetime as dt
 import logging
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path, PurePath
@@ -19,7 +21,7 @@ from reflectrm.evaluation.benchmarks import (
     JUDGEBENCH,
     Benchmark,
     DatasetError,
-    canonical_name,
+    dataset_name,
     default_data_dir,
     interleave,
     load_dataset,
@@ -28,13 +30,17 @@ from reflectrm.evaluation.benchmarks import (
 )
 from reflectrm.evaluation.runner import (
     MODES,
+    CountingEngine,
     EngineBackend,
+    EngineWork,
     HttpBackend,
     Progress,
     RunSummary,
+    ServiceRefusedError,
     Unit,
     pending,
     plan,
+    refusal,
     run_units,
 )
 from reflectrm.interrupts import run_command
@@ -88,16 +94,20 @@ class UsageError(ValueError):
 
 def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add every ``reflectrm eval`` option to a parser."""
-    data = p.add_argument_group("benchmarks")
+    data = p.add_argument_group("datasets")
     data.add_argument(
         "--dataset",
         action="append",
         metavar="SPEC",
-        help="a benchmark to run (repeatable): a benchmark name (rewardbench, rm-bench, rmb, "
+        help="a dataset to run (repeatable): a benchmark name (rewardbench, rm-bench, rmb, "
         "judgebench, ppe) looked up in --data-dir, a JSONL file (gzip or plain) in the shared "
         "schema, or a Hugging Face dataset id for users who are online (allenai/reward-bench, "
         "THU-KEG/RM-Bench, ilgee/RMB-Pairwise, ScalerLab/JudgeBench, "
-        "lmarena-ai/PPE-Human-Preference-V1). Prefix NAME= to say which benchmark a file holds. "
+        "lmarena-ai/PPE-Human-Preference-V1). Prefix NAME= to say which benchmark a file holds "
+        "(its official metric); any other NAME labels a dataset of your own, scored "
+        "generically: accuracy overall and per `subset`, positional consistency and, for rows "
+        "sharing a `group_id`, the group metric. A file that is no known benchmark is such a "
+        "dataset under its file name. Every row is checked before judging starts. "
         "Default: every benchmark file found in --data-dir",
     )
     data.add_argument(
@@ -111,8 +121,9 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "--limit",
         action="append",
         metavar="[NAME=]N",
-        help="judge a deterministic random sample of N pairs per benchmark, or only of NAME "
-        "(repeatable, e.g. --limit 200 --limit judgebench=100). Default: every pair",
+        help="judge a deterministic random sample of N pairs per dataset, or only of NAME (a "
+        "benchmark or a label; repeatable, e.g. --limit 200 --limit judgebench=100). "
+        "Default: every pair",
     )
     data.add_argument(
         "--sample-seed",
@@ -175,14 +186,27 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         metavar="C",
         type=int,
         default=8,
-        help="judgments in flight at once, so the engine batches them (default 8)",
+        help="judgments in flight at once, so the engine batches them; with shared samples, "
+        "pairs-in-one-order in flight, each with all its modes (default 8)",
+    )
+    judging.add_argument(
+        "--no-share-samples",
+        dest="share_samples",
+        action="store_false",
+        help="in-process only: sample stage 1 once per mode instead of once per pair and order. "
+        "By default vote, vote_matched, ReflectRM and its ablations on the same pair and order "
+        "start from one seeded stage-1 request (the largest N asked; the engine seeds sample i "
+        "with seed+i, so smaller N are its first samples): the same results, less engine work",
     )
     backend = p.add_argument_group("where to judge")
     backend.add_argument(
         "--url",
         metavar="URL",
-        help="judge through a running service (POST URL/v1/judge) instead of an own engine; the "
-        "ablation modes need an own engine",
+        help="judge through a running service (POST URL/v1/judge) instead of an own engine. "
+        "Over HTTP each mode samples on its own (the API takes no precomputed samples), and "
+        "the ablation modes need a service started with REFLECTRM_ALLOW_ABLATIONS=true (the "
+        "API refuses them otherwise: they are for evaluation, not for serving); without it, "
+        "--mode all skips them and naming one is an error before anything is judged",
     )
     backend.add_argument(
         "--model",
@@ -220,6 +244,12 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         help="bootstrap resamples for the 95%% intervals (default 1000)",
     )
     out.add_argument("--no-progress", action="store_true", help="no progress bar")
+    out.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="also show the libraries' informational logs (HTTP requests, the engine's)",
+    )
     return p
 
 
@@ -228,10 +258,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "eval",
         help="benchmark accuracy and positional consistency, in the paper's layout",
-        description="Judge benchmark pairs with the service's judging code (own engine or "
-        "--url), append each judgment to OUT_DIR/results.jsonl as it finishes (a rerun "
-        "resumes), and write report.json, report.md (the paper's Tables 1, 2 and 5) and "
-        "report.png.",
+        description="Judge benchmark pairs, or any pairwise file in the shared schema, with the "
+        "service's judging code (own engine or --url), append each judgment to "
+        "OUT_DIR/results.jsonl as it finishes (a rerun resumes), and write report.json, "
+        "report.md (the paper's Tables 1, 2 and 5; a table per dataset of your own; "
+        "swap-debiased rows beside the plain ones) and report.png. A pair with an empty turn or "
+        "response is not judged: the service refuses it (422), and in-process evaluation "
+        "follows the same rule; it is recorded as an error and scored as no verdict.",
     )
     configure(p)
     p.set_defaults(func=run)
@@ -248,6 +281,19 @@ def main(argv: list[str] | None = None) -> int:
     return run_command(lambda: run(args))
 
 
+def quiet_libraries(verbose: bool) -> None:
+    """Unless ``verbose``, only reflectrm's own informational lines: other libraries (httpx logs
+    every request at INFO, vLLM its engine statistics) show warnings and errors only."""
+    if verbose:
+        return
+    root = logging.getLogger()
+    if root.getEffectiveLevel() < logging.WARNING:
+        logging.getLogger("reflectrm").setLevel(root.getEffectiveLevel())
+        root.setLevel(logging.WARNING)
+    # vLLM configures its own logger when imported (the engine's processes inherit this).
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+
+
 # --- resolving the options ------------------------------------------------------------------
 
 
@@ -261,7 +307,7 @@ def parse_limits(values: list[str] | None, preset: Preset | None) -> dict[str, i
             raise UsageError(f"--limit {value!r}: expected N or NAME=N") from None
         if n < 1:
             raise UsageError(f"--limit {value!r}: N must be at least 1")
-        limits[canonical_name(name) if sep else "*"] = n
+        limits[dataset_name(name) if sep else "*"] = n
     return limits
 
 
@@ -281,33 +327,35 @@ def load_benchmarks(args: argparse.Namespace, preset: Preset | None) -> list[Ben
     loaded = [load_dataset(spec, data_dir) for spec in specs]
     names = [b.name for b in loaded]
     if len(set(names)) != len(names):
-        raise UsageError(f"a benchmark is given twice: {names}")
-    return sorted(loaded, key=lambda b: BENCHMARKS.index(b.name))
+        raise UsageError(
+            f"two datasets have the same name: {names}; label them: --dataset NAME=PATH"
+        )
+    # Known benchmarks in display order, then datasets of the user's own in the order given.
+    return sorted(loaded, key=lambda b: BENCHMARKS.index(b.name) if not b.generic else 99)
 
 
 def selected_modes(args: argparse.Namespace) -> list[str]:
     chosen = args.mode or ["all"]
-    names = list(MODES) if "all" in chosen else list(dict.fromkeys(chosen))
-    if args.url:
-        ablations = [m for m in names if MODES[m].ablation != "none"]
-        if ablations and args.mode:
-            raise UsageError(
-                f"{', '.join(ablations)} need an own engine: the service API has no ablation "
-                "field; drop --url or these modes"
-            )
-        if ablations:
-            print(
-                f"skipping {', '.join(ablations)}: the service API has no ablation field",
-                file=sys.stderr,
-            )
-        names = [m for m in names if MODES[m].ablation == "none"]
-    return names
+    return list(MODES) if "all" in chosen else list(dict.fromkeys(chosen))
+
+
+def service_modes(args: argparse.Namespace, modes: list[str], allowed: bool, why: str) -> list[str]:
+    """The modes a service can run: without ablations allowed, ``--mode all`` skips them and an
+    ablation named with --mode is an error (before anything is judged)."""
+    ablations = [m for m in modes if MODES[m].ablation != "none"]
+    if not ablations or allowed:
+        return modes
+    if args.mode and "all" not in args.mode:
+        raise UsageError(f"{', '.join(ablations)}: {why}; or drop --url or these modes")
+    print(f"skipping {', '.join(ablations)}: {why}", file=sys.stderr)
+    return [m for m in modes if m not in ablations]
 
 
 # --- the command ----------------------------------------------------------------------------
 
 
 def run(args: argparse.Namespace) -> int:
+    quiet_libraries(getattr(args, "verbose", False))
     out_dir: Path = args.out_dir
     results_path = out_dir / RESULTS_NAME
     try:
@@ -329,7 +377,12 @@ def run(args: argparse.Namespace) -> int:
                     file=sys.stderr,
                 )
         return write_report(results_path, out_dir, args.bootstrap, args.seed)
-    except (DatasetError, UsageError, records.ResultsMismatchError) as exc:
+    except (
+        DatasetError,
+        UsageError,
+        records.ResultsMismatchError,
+        ServiceRefusedError,
+    ) as exc:
         print(f"reflectrm eval: {exc}", file=sys.stderr)
         return 2
 
@@ -364,10 +417,17 @@ def judge_all(args: argparse.Namespace, results_path: Path) -> RunSummary | None
     max_tokens = args.max_tokens or settings.max_tokens
     modes = selected_modes(args)
     limits = parse_limits(args.limit, preset)
+    # Every row of every dataset is read and checked here, before an engine or a service is used.
     benchmarks = load_benchmarks(args, preset)
+    named = {dataset_name(v.rpartition("=")[0]) for v in args.limit or [] if "=" in v}
+    unknown = sorted(named - {b.name for b in benchmarks})
+    if unknown:
+        raise UsageError(
+            f"--limit names {', '.join(unknown)}, which is not among the datasets run "
+            f"({', '.join(b.name for b in benchmarks)})"
+        )
     sampled = [sample(b.pairs, limit_for(limits, b.name), args.sample_seed) for b in benchmarks]
-    units = plan(interleave(sampled), modes, both_orders, args.seed, n, max_tokens)
-
+    share = bool(getattr(args, "share_samples", True)) and not args.url
     header: dict[str, Any] = {
         "type": "run",
         "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -378,20 +438,37 @@ def judge_all(args: argparse.Namespace, results_path: Path) -> RunSummary | None
         "modes": modes,
         "both_orders": both_orders,
         "concurrency": args.concurrency,
+        "share_samples": share,
         "max_tokens": max_tokens,
         "num_candidates": n,
         "seed": args.seed,
     }
     existing = records.load(results_path)
-    todo = pending(units, (r.key for r in existing.records))
-    print(
-        f"{len(units)} judgments planned ({sum(len(s) for s in sampled)} pairs x "
-        f"{2 if both_orders else 1} orders x {len(modes)} modes); "
-        f"{len(units) - len(todo)} already in {results_path}; {len(todo)} to judge",
-        file=sys.stderr,
-    )
+
+    def todo_for(run_modes: list[str]) -> list[Unit]:
+        header["modes"] = run_modes
+        units = plan(interleave(sampled), run_modes, both_orders, args.seed, n, max_tokens)
+        todo = pending(units, (r.key for r in existing.records))
+        print(
+            f"{len(units)} judgments planned ({sum(len(s) for s in sampled)} pairs x "
+            f"{2 if both_orders else 1} orders x {len(run_modes)} modes); "
+            f"{len(units) - len(todo)} already in {results_path}; {len(todo)} to judge",
+            file=sys.stderr,
+        )
+        refused = {u.pair.id: refusal(u) for u in todo if refusal(u)}
+        if refused:
+            first_id, why = next(iter(refused.items()))
+            print(
+                f"{len(refused)} pair(s) will be recorded as errors without judging, e.g. "
+                f"{first_id!r}: {why}. The service refuses empty texts (HTTP 422) and the "
+                "in-process judge applies the same rule; they score as no verdict",
+                file=sys.stderr,
+            )
+        return todo
+
     if args.url:
-        return asyncio.run(_judge_http(args, header, existing, results_path, todo))
+        return asyncio.run(_judge_http(args, header, existing, results_path, modes, todo_for))
+    todo = todo_for(modes)
     engine = resolve(engine_config(settings))  # resolved once, before judging and for the header
     header.update(_engine_fingerprint(settings, engine))
     records.check_compatible(existing, header, results_path)
@@ -413,18 +490,23 @@ def _engine_fingerprint(settings: Any, engine: EngineConfig) -> dict[str, Any]:
     }
 
 
-def _finish(writer: records.Writer, summary: RunSummary) -> None:
-    writer.write(
-        {
-            "type": "run_end",
-            "finished": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-            "judged": summary.judged,
-            "errors": summary.errors,
-            "retry_later": summary.retry_later,
-            "seconds": round(summary.seconds, 1),
-            "generated_tokens": summary.generated_tokens,
-        }
-    )
+def _finish(
+    writer: records.Writer, summary: RunSummary, share: bool, work: EngineWork | None = None
+) -> None:
+    row: dict[str, Any] = {
+        "type": "run_end",
+        "finished": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "judged": summary.judged,
+        "errors": summary.errors,
+        "retry_later": summary.retry_later,
+        "seconds": round(summary.seconds, 1),
+        "generated_tokens": summary.generated_tokens,
+        "share_samples": share,
+    }
+    if work is not None:
+        # What the engine was really asked for; the records' costs are each judgment's own.
+        row["engine_work"] = work.as_dict()
+    writer.write(row)
 
 
 async def _judge_in_process(
@@ -435,14 +517,40 @@ async def _judge_in_process(
     results_path: Path,
     todo: list[Unit],
 ) -> RunSummary:
+    share = bool(header["share_samples"])
     async with open_engine(engine_cfg) as engine:
-        backend = EngineBackend(Judge(engine, judge_config(settings)))
+        work = EngineWork()
+        backend = EngineBackend(Judge(CountingEngine(engine, work), judge_config(settings)))
         with records.Writer(results_path) as writer:
             writer.write(header)
             progress = Progress(len(todo), enabled=not args.no_progress)
-            summary = await run_units(todo, backend, writer, args.concurrency, progress)
-            _finish(writer, summary)
+            summary = await run_units(todo, backend, writer, args.concurrency, progress, share)
+            _finish(writer, summary, share, work)
     return summary
+
+
+# The smallest real ablation judgment: one sample of at most 16 tokens, no reflection.
+ABLATION_PROBE = {
+    "prompt": "Is this request accepted?",
+    "responses": ["Yes.", "No."],
+    "mode": "reflect",
+    "ablation": "anchor_only",
+    "num_candidates": 1,
+    "max_tokens": 16,
+    "seed": 0,
+}
+
+
+async def _ablations_allowed(client: Any, url: str) -> tuple[bool, str]:
+    """Whether the service runs ablations, asked with one tiny ablation judgment."""
+    r = await client.post(url.rstrip("/") + "/v1/judge", json=ABLATION_PROBE)
+    if r.status_code == 200:
+        return True, ""
+    try:
+        detail = str(r.json().get("detail", r.text))[:300]
+    except ValueError:
+        detail = r.text[:300]
+    return False, f"the service at {url} refuses ablations ({r.status_code}: {detail})"
 
 
 async def _judge_http(
@@ -450,16 +558,24 @@ async def _judge_http(
     header: dict[str, Any],
     existing: records.Loaded,
     results_path: Path,
-    todo: list[Unit],
+    modes: list[str],
+    todo_for: Any,
 ) -> RunSummary | None:
     import httpx
 
     timeout = httpx.Timeout(args.timeout, connect=10.0)
     limits = httpx.Limits(max_connections=args.concurrency + 2)
     async with httpx.AsyncClient(timeout=timeout, limits=limits) as client:
-        ready = await client.get(args.url.rstrip("/") + "/ready")
+        try:
+            ready = await client.get(args.url.rstrip("/") + "/ready")
+        except httpx.TransportError as exc:
+            raise UsageError(f"cannot reach {args.url} ({type(exc).__name__}: {exc})") from None
         if ready.status_code != 200:
             raise UsageError(f"{args.url}/ready answered {ready.status_code}: {ready.text[:300]}")
+        if any(MODES[m].ablation != "none" for m in modes):
+            allowed, why = await _ablations_allowed(client, args.url)
+            modes = service_modes(args, modes, allowed, why)
+        todo = todo_for(modes)
         header.update({"backend": "http", "url": args.url, "model": ready.json().get("model")})
         records.check_compatible(existing, header, results_path)
         if not todo:
@@ -469,5 +585,5 @@ async def _judge_http(
             progress = Progress(len(todo), enabled=not args.no_progress)
             backend = HttpBackend(client, args.url)
             summary = await run_units(todo, backend, writer, args.concurrency, progress)
-            _finish(writer, summary)
+            _finish(writer, summary, share=False)
     return summary

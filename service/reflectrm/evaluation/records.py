@@ -51,6 +51,9 @@ class Outcome:
 
     status: Status
     winner: int | None = None
+    # The judge's scores of the responses as shown (vote shares, summing to 1); (0.5, 0.5) for no
+    # verdict, None for an error. Files written before scores were recorded have none.
+    scores: tuple[float, float] | None = None
     prompt_tokens: int = 0
     generated_tokens: int = 0
     engine_requests: int = 0
@@ -86,6 +89,8 @@ class Record(Outcome):
     @staticmethod
     def from_json(row: Mapping[str, Any]) -> Record:
         fields = {k: v for k, v in row.items() if k in Record.__dataclass_fields__}
+        if fields.get("scores") is not None:
+            fields["scores"] = tuple(fields["scores"])
         return Record(**fields)
 
 

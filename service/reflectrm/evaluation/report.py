@@ -1,7 +1,11 @@
 """From a results file to the report: every number in JSON, the paper's tables in Markdown, a chart.
 
-Everything here reads only the saved records, so re-scoring a finished run (``--score-only``)
-reproduces the report exactly, without the datasets or the model.
+Known benchmarks get the paper's tables; a generic dataset (a user's own pairs) gets its own
+table: accuracy, positional consistency and agreement with 95% intervals, per-subset accuracy and,
+where pairs share a ``group_id``, the group metric. Every mode judged in both orders with recorded
+scores also gets a position-debiased ``swap`` row (``debias``) beside it, computed from the same
+two judgments. Everything here reads only the saved records, so re-scoring a finished run
+(``--score-only``) reproduces the report exactly, without the datasets or the model.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from reflectrm.evaluation.debias import debiased_winner
 from reflectrm.evaluation.names import (
     BENCHMARKS,
     DISPLAY_NAMES,
@@ -26,15 +31,17 @@ from reflectrm.evaluation.names import (
 from reflectrm.evaluation.records import Loaded, Record, fingerprint
 from reflectrm.evaluation.runner import BASELINE_MODE, MODES, mode_label
 from reflectrm.evaluation.scoring import (
-    METRICS,
     Item,
     Judged,
     agreement,
     bootstrap,
     both_correct,
     credit,
+    groups_of,
     interval,
+    is_generic,
     judgebench_two_order,
+    metric_of,
     score,
 )
 
@@ -47,6 +54,22 @@ METRIC_NAMES = (ACCURACY, CONSISTENCY, AGREEMENT)
 # Rows of the paper's tables, by mode name.
 TABLE1_MODES = ("single", "vote", "vote_matched", "reflect")
 TABLE5_MODES = ("reflect", "random_anchor", "random_winners", "anchor_only", "vote_matched")
+# A mode's position-debiased row: "<mode>+swap".
+SWAP = "+swap"
+
+
+def swap_of(mode: str) -> str:
+    return mode + SWAP
+
+
+def display(benchmark: str) -> str:
+    return DISPLAY_NAMES.get(benchmark, benchmark)
+
+
+def label_of(mode: str, n: int) -> str:
+    if mode.endswith(SWAP) and mode[: -len(SWAP)] in MODES:
+        return f"{mode_label(mode[: -len(SWAP)], n)}, swap-debiased"
+    return mode_label(mode, n) if mode in MODES else mode
 
 
 @dataclass(frozen=True)
@@ -65,13 +88,36 @@ def _judged(r: Record) -> Judged:
     return Judged(r.chosen_position, r.winner if r.status == "verdict" else None)
 
 
-def pair_results(records: Sequence[Record]) -> dict[str, dict[str, list[PairResult]]]:
-    """mode -> benchmark -> pairs, in first-seen order."""
+def _by_pair(records: Sequence[Record]) -> dict[tuple[str, str, str], dict[bool, Record]]:
+    """(mode, benchmark, pair) -> {primary: record}, in first-seen order."""
     grouped: dict[tuple[str, str, str], dict[bool, Record]] = {}
     for r in records:
         grouped.setdefault((r.mode, r.benchmark, r.pair_id), {})[r.primary] = r
+    return grouped
+
+
+def _has_scores(r: Record) -> bool:
+    return r.scores is not None or r.status == "error"
+
+
+def swap_pair(first: Record, second: Record) -> PairResult:
+    """A pair's position-debiased result from its two orders (``debias``): one verdict for the
+    pair, the same response in both orders, so it is told as a judgment in each order."""
+    winner = debiased_winner(first.scores, second.scores)  # in the primary order's numbering
+    return PairResult(
+        first.benchmark,
+        first.pair_id,
+        first.meta,
+        Judged(first.chosen_position, winner),
+        Judged(second.chosen_position, None if winner is None else 3 - winner),
+    )
+
+
+def pair_results(records: Sequence[Record]) -> dict[str, dict[str, list[PairResult]]]:
+    """mode -> benchmark -> pairs, in first-seen order. A mode's swap row ("<mode>+swap") holds
+    the pairs it has in both orders, when both records carry scores."""
     out: dict[str, dict[str, list[PairResult]]] = {}
-    for (mode, benchmark, pair_id), by_order in grouped.items():
+    for (mode, benchmark, pair_id), by_order in _by_pair(records).items():
         first = by_order.get(True)
         second = by_order.get(False)
         meta = (first or second).meta  # type: ignore[union-attr]
@@ -84,6 +130,10 @@ def pair_results(records: Sequence[Record]) -> dict[str, dict[str, list[PairResu
                 _judged(second) if second else None,
             )
         )
+        if first and second and _has_scores(first) and _has_scores(second):
+            out.setdefault(swap_of(mode), {}).setdefault(benchmark, []).append(
+                swap_pair(first, second)
+            )
     return out
 
 
@@ -148,12 +198,21 @@ def _paired(
 
 
 def _benchmarks_in(by_mode: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The known benchmarks present, in display order."""
     present = {b for per in by_mode.values() for b in per}
     return [b for b in BENCHMARKS if b in present]
 
 
+def _generic_in(by_mode: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The generic datasets present, in first-seen order."""
+    seen = dict.fromkeys(b for per in by_mode.values() for b in per if is_generic(b))
+    return list(seen)
+
+
 def _modes_in(by_mode: Mapping[str, Any]) -> list[str]:
-    return [m for m in MODES if m in by_mode] + sorted(m for m in by_mode if m not in MODES)
+    """Modes in the paper's order, each mode's swap row right after it, then any others."""
+    known = [m for base in MODES for m in (base, swap_of(base)) if m in by_mode]
+    return known + sorted(m for m in by_mode if m not in known)
 
 
 def metric_table(
@@ -166,6 +225,7 @@ def metric_table(
     difference to the single-judgment row (per benchmark and on the average)."""
     benchmarks = _benchmarks_in(by_mode)
     averaged = [b for b in benchmarks if b in MAIN_BENCHMARKS] if metric == ACCURACY else benchmarks
+    benchmarks = benchmarks + _generic_in(by_mode)  # generic datasets: scored, never averaged
     base = by_mode.get(BASELINE_MODE)
     table: dict[str, Any] = {}
     for mode in _modes_in(by_mode):
@@ -192,6 +252,10 @@ def metric_table(
                     "ci95_paired": _ci(delta),
                     "n_paired": n_paired,
                 }
+            if is_generic(b):
+                grouped = _groups_row(b, items(metric, pairs), resamples, seed)
+                if grouped is not None:
+                    row["groups"] = grouped
             rows[b] = row
             if b in averaged:
                 score_samples.append(boot)
@@ -216,17 +280,97 @@ def metric_table(
     return table
 
 
+def _groups_row(
+    dataset: str, pair_items: Mapping[str, Item], resamples: int, seed: int
+) -> dict[str, Any] | None:
+    """The group metric of a generic dataset's pairs that share a group_id, or None."""
+    groups = groups_of(pair_items)
+    if not groups:
+        return None
+    s = score(dataset, groups)
+    boot = bootstrap(dataset, {"g": groups}, resamples, seed)["g"]
+    return {"value": _num(s.value), "n": s.n, "ci95": _ci(boot)}
+
+
+def position_table(by_mode: Mapping[str, Mapping[str, list[PairResult]]]) -> dict[str, Any]:
+    """Per mode and dataset, over every judgment (both orders): the share of verdicts naming
+    the response shown first, and of judgments without a verdict. A swap row names the same
+    response in both orders, so its first-shown share is 50% by construction."""
+    out: dict[str, Any] = {}
+    for mode in _modes_in(by_mode):
+        per: dict[str, Any] = {}
+        for b, pairs in by_mode[mode].items():
+            judged = [j for p in pairs for j in (p.primary, p.swapped) if j is not None]
+            verdicts = [j.winner for j in judged if j.winner is not None]
+            per[b] = {
+                "judgments": len(judged),
+                "first_position_rate": _num(100 * verdicts.count(1) / len(verdicts))
+                if verdicts
+                else None,
+                "no_verdict_rate": _num(100 * (len(judged) - len(verdicts)) / len(judged))
+                if judged
+                else None,
+            }
+        out[mode] = per
+    return out
+
+
 def _mean_of(records: Sequence[Record], get: Callable[[Record], float]) -> float | None:
     return _num(statistics.fmean(get(r) for r in records)) if records else None
 
 
-def cost_table(records: Sequence[Record]) -> dict[str, Any]:
-    """Per mode, over every judgment (both orders): tokens, engine requests, latency, failures."""
+def _swap_cost(
+    mode: str, records: Sequence[Record], swap_pairs: Sequence[PairResult]
+) -> dict[str, Any]:
+    """A swap row's cost per debiased answer: the two judgments it is made of, summed (latency is
+    not given: the harness ran the two orders as separate judgments)."""
+    by_key = {(r.benchmark, r.pair_id, r.primary): r for r in records if r.mode == mode}
+    both = [
+        (by_key[(p.benchmark, p.pair_id, True)], by_key[(p.benchmark, p.pair_id, False)])
+        for p in swap_pairs
+    ]
+    ok = [(a, b) for a, b in both if a.status != "error" and b.status != "error"]
+    judged = [j for p in swap_pairs for j in (p.primary, p.swapped) if j is not None]
+    verdicts = [j.winner for j in judged if j.winner is not None]
+    outputs = sum((r.outputs or 0) for a, b in ok for r in (a, b) if r.parse_failures is not None)
+    failures = sum(
+        (r.parse_failures or 0) for a, b in ok for r in (a, b) if r.parse_failures is not None
+    )
+
+    def total(get: Callable[[Record], float]) -> float | None:
+        return _num(statistics.fmean(get(a) + get(b) for a, b in ok)) if ok else None
+
+    return {
+        "judgments": len(swap_pairs),
+        "generated_tokens": total(lambda r: r.generated_tokens),
+        "prompt_tokens": total(lambda r: r.prompt_tokens),
+        "engine_requests": total(lambda r: r.engine_requests),
+        "latency_s": None,
+        "early_exit_rate": None,
+        "parse_failure_rate": _num(100 * failures / outputs) if outputs else None,
+        "no_verdict_rate": _num(100 * (len(judged) - len(verdicts)) / len(judged))
+        if judged
+        else None,
+        "first_position_rate": _num(100 * verdicts.count(1) / len(verdicts)) if verdicts else None,
+        "errors": sum(a.status == "error" or b.status == "error" for a, b in both),
+    }
+
+
+def cost_table(
+    records: Sequence[Record], by_pair: Mapping[str, Mapping[str, list[PairResult]]] | None = None
+) -> dict[str, Any]:
+    """Per mode, over every judgment (both orders): tokens, engine requests, latency, failures.
+    A swap row (from ``by_pair``) is costed per debiased answer: its two judgments summed."""
     by_mode: dict[str, list[Record]] = {}
     for r in records:
         by_mode.setdefault(r.mode, []).append(r)
+    swaps = {m: v for m, v in (by_pair or {}).items() if m.endswith(SWAP)}
     out: dict[str, Any] = {}
-    for mode in _modes_in(by_mode):
+    for mode in _modes_in({**by_mode, **swaps}):
+        if mode in swaps and mode not in by_mode:
+            pairs = [p for per in swaps[mode].values() for p in per]
+            out[mode] = _swap_cost(mode[: -len(SWAP)], records, pairs)
+            continue
         rs = by_mode[mode]
         ok = [r for r in rs if r.status != "error"]
         outputs = sum(r.outputs or 0 for r in ok if r.parse_failures is not None)
@@ -259,13 +403,14 @@ def build(
     starts = [r for r in loaded.runs if r.get("type") == "run"]
     settings = fingerprint(starts[0]) if starts else {}
     n = settings.get("num_candidates") or 8
+    datasets = _benchmarks_in(by_mode) + _generic_in(by_mode)
     report: dict[str, Any] = {
         "results_file": str(results_path),
         "settings": settings,
         "runs": list(loaded.runs),
         "judgments": len(records),
         "benchmarks": _benchmarks_in(by_mode),
-        "modes": {m: mode_label(m, n) if m in MODES else m for m in _modes_in(by_mode)},
+        "modes": {m: label_of(m, n) for m in _modes_in(by_mode)},
         "pairs": {
             b: {
                 "judged": len({p.pair_id for per in by_mode.values() for p in per.get(b, [])}),
@@ -277,7 +422,7 @@ def build(
                     default=0,
                 ),
             }
-            for b in _benchmarks_in(by_mode)
+            for b in datasets
         },
         "scoring": {
             ACCURACY: "official metric of each benchmark over pairs judged once in a seeded random "
@@ -293,14 +438,71 @@ def build(
             "intervals": f"95% percentile bootstrap over pairs, {resamples} resamples, "
             f"seed {seed}; "
             "differences to the single-judgment row are paired (same pairs, same draws)",
-            "notes": {b: METRICS[b].note for b in _benchmarks_in(by_mode)},
+            "notes": {b: metric_of(b).note for b in datasets},
         },
         ACCURACY: metric_table(ACCURACY, by_mode, resamples, seed),
         CONSISTENCY: metric_table(CONSISTENCY, by_mode, resamples, seed),
         AGREEMENT: metric_table(AGREEMENT, by_mode, resamples, seed),
-        "cost": cost_table(records),
+        "cost": cost_table(records, by_mode),
     }
+    # Added only when present, so reports of earlier results files keep their exact form.
+    generic = _generic_in(by_mode)
+    if generic:
+        report["datasets"] = generic
+        report["subsets"] = {d: _subset_counts(by_mode, d) for d in generic}
+        if any(
+            "groups" in entry["benchmarks"].get(d, {})
+            for entry in report[ACCURACY].values()
+            for d in generic
+        ):
+            report["scoring"]["groups"] = GROUPS_NOTE
+    if any(m.endswith(SWAP) for m in by_mode):
+        report["scoring"]["swap"] = SWAP_NOTE
+    if generic or any(m.endswith(SWAP) for m in by_mode):
+        report["position"] = position_table(by_mode)
+    work = engine_work(loaded.runs)
+    if work:
+        report["engine_work"] = work
     return report
+
+
+def _subset_counts(by_mode: Mapping[str, Mapping[str, list[PairResult]]], dataset: str) -> dict:
+    """Pairs per subset of a dataset (each pair once, whichever modes judged it)."""
+    metas = {p.pair_id: p.meta for per in by_mode.values() for p in per.get(dataset, [])}
+    counts: dict[str, int] = {}
+    for meta in metas.values():
+        subset = meta.get("subset", "all")
+        counts[subset] = counts.get(subset, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+GROUPS_NOTE = (
+    "generic datasets: pairs sharing a `group_id` form a group (one chosen response against "
+    "several rejected ones); a group counts when the chosen response wins every one of its pairs "
+    "(for consistency: in both orders); 95% bootstrap interval over groups"
+)
+SWAP_NOTE = (
+    "a mode's swap-debiased row uses the two orders' judgments of each pair already made: their "
+    "scores, put in one numbering, are averaged; the higher average wins, a tie is no verdict "
+    "(an order without a verdict counts as 0.5/0.5). The verdict is the same in both orders, so "
+    "its consistency equals its accuracy (no verdict = miss) and it names the first-shown "
+    "response in exactly half of its verdicts; its cost is the two judgments, no extra engine "
+    "work"
+)
+
+
+def engine_work(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The engine work the invocations really asked for (in-process runs count it; with shared
+    samples it is less than the sum of the per-judgment costs, which are each mode's own)."""
+    ends = [r for r in runs if r.get("type") == "run_end" and r.get("engine_work")]
+    if not ends:
+        return None
+    totals: dict[str, Any] = {"invocations": len(ends)}
+    for key in ("engine_requests", "prompt_tokens", "generated_tokens"):
+        totals[key] = sum(int(r["engine_work"].get(key, 0)) for r in ends)
+    totals["judged"] = sum(int(r.get("judged", 0)) for r in ends)
+    totals["share_samples"] = sorted({bool(r.get("share_samples")) for r in ends})
+    return totals
 
 
 # --- Markdown -------------------------------------------------------------------------------
@@ -333,8 +535,8 @@ def _metric_markdown(
     rows = [m for m in modes if m in table]
     if not rows:
         return ""
-    head = ["Mode", *(DISPLAY_NAMES[b] for b in cols), "Avg", "Δ avg vs single [95% CI]"]
-    head += [DISPLAY_NAMES[b] for b in extra]
+    head = ["Mode", *(display(b) for b in cols), "Avg", "Δ avg vs single [95% CI]"]
+    head += [display(b) for b in extra]
     lines = [f"**{title}**", "", "| " + " | ".join(head) + " |"]
     lines.append("|" + "---|" * 1 + "---:|" * (len(head) - 1))
     for mode in rows:
@@ -352,7 +554,7 @@ def _metric_markdown(
 def _per_benchmark_deltas(report: Mapping[str, Any], metric: str) -> str:
     table = report[metric]
     benchmarks = report["benchmarks"]
-    head = ["Mode", *(f"{DISPLAY_NAMES[b]} Δ" for b in benchmarks)]
+    head = ["Mode", *(f"{display(b)} Δ" for b in benchmarks)]
     lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * len(benchmarks)]
     for mode, entry in table.items():
         if mode == BASELINE_MODE:
@@ -397,12 +599,86 @@ def _cost_markdown(report: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _cell(c: Mapping[str, Any] | None) -> str:
+    """A value with its 95% interval."""
+    if not c or c.get("value") is None:
+        return "–"
+    low, high = c.get("ci95") or (None, None)
+    return f"{c['value']:.1f}" + (f" [{low:.1f}, {high:.1f}]" if low is not None else "")
+
+
+def _generic_markdown(report: Mapping[str, Any], dataset: str) -> str:
+    """One generic dataset: every mode (each swap row after its plain row), then per subset."""
+    acc, cons, agree = (report[m] for m in METRIC_NAMES)
+    position = report.get("position", {})
+    cost = report["cost"]
+    modes = [m for m in acc if dataset in acc[m]["benchmarks"]]
+    has_groups = any("groups" in acc[m]["benchmarks"][dataset] for m in modes)
+    head = ["Mode", "accuracy [95% CI]", "Δ vs single [95% CI]", "consistency [95% CI]"]
+    head += ["agreement", *(["groups [95% CI]"] if has_groups else [])]
+    head += ["says Response 1 %", "no verdict %", "gen. tokens"]
+    sizes = report["pairs"][dataset]
+    lines = [
+        f"**{display(dataset)}** ({sizes['judged']} pairs, {sizes['both_orders']} in both "
+        f"orders; {report['scoring']['notes'][dataset]})",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|---|" + "---:|" * (len(head) - 1),
+    ]
+    for mode in modes:
+        row = acc[mode]["benchmarks"][dataset]
+        pos = position.get(mode, {}).get(dataset, {})
+        cells = [
+            report["modes"].get(mode, mode),
+            _cell(row),
+            "–" if mode == BASELINE_MODE else _fmt_delta(row.get("delta_vs_single")),
+            _cell(cons.get(mode, {}).get("benchmarks", {}).get(dataset)),
+            _fmt(agree.get(mode, {}).get("benchmarks", {}).get(dataset, {}).get("value")),
+        ]
+        if has_groups:
+            cells.append(_cell(row.get("groups")))
+        cells += [
+            _fmt(pos.get("first_position_rate")),
+            _fmt(pos.get("no_verdict_rate")),
+            _fmt(cost.get(mode, {}).get("generated_tokens")),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", _subset_markdown(report, dataset, modes)]
+    return "\n".join(lines)
+
+
+MAX_SUBSETS_SHOWN = 20
+
+
+def _subset_markdown(report: Mapping[str, Any], dataset: str, modes: Sequence[str]) -> str:
+    """Accuracy per subset (the largest ones first), one column per mode."""
+    acc = report[ACCURACY]
+    counts = report.get("subsets", {}).get(dataset, {})
+    if len(counts) < 2:
+        return ""
+    shown = sorted(counts, key=lambda k: (-counts[k], k))[:MAX_SUBSETS_SHOWN]
+    head = ["subset (pairs)", *(report["modes"].get(m, m) for m in modes)]
+    lines = [
+        "| " + " | ".join(head) + " |",
+        "|---|" + "---:|" * len(modes),
+    ]
+    for subset in shown:
+        cells = [f"{subset} ({counts[subset]})"]
+        cells += [_fmt(acc[m]["benchmarks"][dataset].get("details", {}).get(subset)) for m in modes]
+        lines.append("| " + " | ".join(cells) + " |")
+    more = len(counts) - len(shown)
+    if more:
+        lines.append(f"\n{more} smaller subsets are in report.json.")
+    return "Accuracy per subset:\n\n" + "\n".join(lines)
+
+
 def markdown(report: Mapping[str, Any]) -> str:
     s = report["settings"]
     sizes = ", ".join(
-        f"{DISPLAY_NAMES[b]} {v['judged']} pairs ({v['both_orders']} in both orders)"
+        f"{display(b)} {v['judged']} pairs ({v['both_orders']} in both orders)"
         for b, v in report["pairs"].items()
     )
+    swap_modes = [m for m in report["modes"] if m.endswith(SWAP)]
     parts = [
         f"Model `{s.get('model')}`, template {s.get('template_version')}, N = "
         f"{s.get('num_candidates')} candidates, max_tokens {s.get('max_tokens')}, seed "
@@ -410,37 +686,71 @@ def markdown(report: Mapping[str, Any]) -> str:
         "",
         "Scores in percent. `Δ` is the difference to the single-judgment row with a paired 95% "
         "bootstrap interval; `~` marks a difference whose interval contains 0 (within noise).",
-        "",
-        _metric_markdown(
-            report, ACCURACY, TABLE1_MODES, "Accuracy (layout of the paper's Table 1)"
-        ),
-        "",
-        _metric_markdown(
-            report,
-            CONSISTENCY,
-            list(MODES),
-            "Positional consistency: correct in both orders (layout of the paper's Table 2)",
-        ),
-        "",
-        _metric_markdown(
-            report, AGREEMENT, list(MODES), "Agreement between the two orders (right or wrong)"
-        ),
-        "",
-        _metric_markdown(
-            report, ACCURACY, TABLE5_MODES, "Ablations (layout of the paper's Table 5)"
-        ),
-        "",
-        "**Per-benchmark accuracy differences to the single-judgment row**",
-        "",
-        _per_benchmark_deltas(report, ACCURACY),
+    ]
+    if report["benchmarks"]:
+        parts += [
+            "",
+            _metric_markdown(
+                report, ACCURACY, TABLE1_MODES, "Accuracy (layout of the paper's Table 1)"
+            ),
+            "",
+            _metric_markdown(
+                report,
+                CONSISTENCY,
+                list(MODES),
+                "Positional consistency: correct in both orders (layout of the paper's Table 2)",
+            ),
+            "",
+            _metric_markdown(
+                report, AGREEMENT, list(MODES), "Agreement between the two orders (right or wrong)"
+            ),
+            "",
+            _metric_markdown(
+                report, ACCURACY, TABLE5_MODES, "Ablations (layout of the paper's Table 5)"
+            ),
+        ]
+        if swap_modes:
+            interleaved = [m for base in MODES for m in (base, swap_of(base))]
+            parts += [
+                "",
+                _metric_markdown(
+                    report,
+                    ACCURACY,
+                    interleaved,
+                    "Accuracy, plain and swap-debiased (both orders' scores averaged)",
+                ),
+            ]
+        parts += [
+            "",
+            "**Per-benchmark accuracy differences to the single-judgment row**",
+            "",
+            _per_benchmark_deltas(report, ACCURACY),
+        ]
+    for dataset in report.get("datasets", []):
+        parts += ["", _generic_markdown(report, dataset)]
+    parts += [
         "",
         "**Cost per judgment** (means over every judgment of the mode, both orders; latency "
-        "measured under the run's concurrency)",
+        "measured under the run's concurrency"
+        + ("; a swap row's cost is its two judgments, per debiased answer" if swap_modes else "")
+        + ")",
         "",
         _cost_markdown(report),
     ]
-    notes = "; ".join(f"{DISPLAY_NAMES[b]}: {n}" for b, n in report["scoring"]["notes"].items())
+    work = report.get("engine_work")
+    if work:
+        parts += [
+            "",
+            f"Engine work of the run ({work['invocations']} invocation(s), "
+            f"{work['judged']} judgments): {work['engine_requests']} engine requests, "
+            f"{work['generated_tokens']} generated and {work['prompt_tokens']} prompt tokens "
+            f"(stage-1 samples shared across modes: {'/'.join(map(str, work['share_samples']))}).",
+        ]
+    notes = "; ".join(f"{display(b)}: {n}" for b, n in report["scoring"]["notes"].items())
     parts += ["", f"Scoring: {notes}."]
+    for key in ("swap", "groups"):
+        if key in report["scoring"]:
+            parts += ["", f"{key.capitalize()}: {report['scoring'][key]}."]
     return "\n".join(p for p in parts if p is not None).replace("\n\n\n", "\n\n") + "\n"
 
 
@@ -470,14 +780,17 @@ def chart(report: Mapping[str, Any], path: Path) -> None:
     for ax, (metric, title) in zip(axes, metrics, strict=True):
         table = report[metric]
         scored = {b for entry in table.values() for b in entry["benchmarks"]}
-        groups = [b for b in report["benchmarks"] if b in scored]
-        labels = [DISPLAY_NAMES[b] for b in groups] + ["Avg"]
+        shown = [*report["benchmarks"], *report.get("datasets", [])]
+        groups = [b for b in shown if b in scored]
+        averaged = bool(report["benchmarks"])
+        labels = [display(b) for b in groups] + (["Avg"] if averaged else [])
         width = 0.8 / max(1, len(modes))
         for i, mode in enumerate(modes):
             entry = table.get(mode)
             if entry is None:
                 continue
-            cells = [entry["benchmarks"].get(b) for b in groups] + [entry.get("average")]
+            cells = [entry["benchmarks"].get(b) for b in groups]
+            cells += [entry.get("average")] if averaged else []
             values = [np.nan if c is None or c.get("value") is None else c["value"] for c in cells]
             lows = [_err(c, 0) for c in cells]
             highs = [_err(c, 1) for c in cells]

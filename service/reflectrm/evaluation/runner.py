@@ -1,8 +1,11 @@
 """Judging benchmark pairs concurrently, in-process or through a running service.
 
-A run is a list of ``Unit``s (pair x order x mode). Workers take units from a queue, so
-``concurrency`` judgments are in flight at once and the engine batches them; each finished
-judgment is appended to the results file before the next is taken.
+A run is a list of ``Unit``s (pair x order x mode), judged in jobs. In-process, a job is every
+mode of one pair in one order: its sampled modes (vote, vote_matched, ReflectRM and its
+ablations) share one seeded stage-1 request, so an all-modes run samples each pair-order once
+instead of once per mode, with the same results (``Judge.run_from``). Over HTTP a job is one unit.
+Workers take jobs from a queue, so ``concurrency`` jobs are in flight at once and the engine
+batches them; each finished judgment is appended to the results file.
 """
 
 from __future__ import annotations
@@ -17,9 +20,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal, Protocol
 
+from reflectrm.aio import gather_all
+from reflectrm.engines.base import Engine, GenerationResult, Prompt, SamplingSpec
 from reflectrm.evaluation.records import Key, Outcome, Record, Writer
-from reflectrm.judging.judge import Judge, PromptTooLongError
-from reflectrm.judging.types import Ablation, JudgeRequest, Mode
+from reflectrm.judging.judge import Judge, PreparedJudgment, PromptTooLongError, Samples
+from reflectrm.judging.types import Ablation, JudgeRequest, Judgment, Mode
 from reflectrm.pairs import Pair
 
 log = logging.getLogger(__name__)
@@ -100,6 +105,22 @@ class Unit:
     def responses(self) -> tuple[str, str]:
         return self.pair.present(self.chosen_position).responses
 
+    @property
+    def sampled(self) -> bool:
+        """Starts from seeded stage-1 samples (every mode but the greedy single judgment)."""
+        return self.mode.mode != "single"
+
+    def request(self) -> JudgeRequest:
+        return JudgeRequest(
+            conversation=self.pair.conversation,
+            responses=self.responses,
+            mode=self.mode.mode,
+            num_candidates=self.num_candidates,
+            seed=self.seed,
+            max_tokens=self.max_tokens,
+            ablation=self.mode.ablation,
+        )
+
 
 def plan(
     pairs: Sequence[Pair],
@@ -140,6 +161,36 @@ def pending(units: Iterable[Unit], done: Iterable[Key]) -> list[Unit]:
     return [u for u in units if u.key not in finished]
 
 
+def jobs(units: Sequence[Unit], share_samples: bool) -> list[tuple[Unit, ...]]:
+    """Units in jobs: with ``share_samples``, the units of one pair in one order (consecutive in
+    a plan, and sharing one judging seed) form one job; otherwise every unit is its own."""
+    if not share_samples:
+        return [(u,) for u in units]
+    grouped: dict[tuple[str, str, int, int, int], list[Unit]] = {}
+    for u in units:
+        key = (u.pair.benchmark, u.pair.id, u.chosen_position, u.seed, u.max_tokens)
+        grouped.setdefault(key, []).append(u)
+    return [tuple(g) for g in grouped.values()]
+
+
+def refusal(unit: Unit) -> str | None:
+    """Why the service refuses to judge this pair, or None. The HTTP schema requires every turn
+    and both responses to be at least one character long (422 otherwise); the in-process backend
+    applies the same rule, so a pair is judged, or refused, the same way by both."""
+    for i, m in enumerate(unit.pair.conversation, 1):
+        if not m.content:
+            return f"turn {i} ({m.role}) of the conversation is empty"
+    for i, r in enumerate(unit.responses, 1):
+        if not r:
+            return f"response {i} is empty"
+    return None
+
+
+def refused(unit: Unit) -> Outcome | None:
+    problem = refusal(unit)
+    return None if problem is None else Outcome(status="error", error=f"invalid_request: {problem}")
+
+
 # --- backends -------------------------------------------------------------------------------
 
 
@@ -147,43 +198,133 @@ class TransientError(RuntimeError):
     """The judgment may succeed if retried later: it is not recorded, so a rerun redoes it."""
 
 
+JobResult = list[tuple[Unit, "Outcome | TransientError"]]
+
+
 class Backend(Protocol):
-    async def judge(self, unit: Unit, request_id: str) -> Outcome: ...
+    async def judge_job(self, units: Sequence[Unit], request_id: str) -> JobResult: ...
+
+
+class EngineWork:
+    """What was asked of the engine, counted as it ran (shared samples counted once)."""
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self.prompt_tokens = 0
+        self.generated_tokens = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "engine_requests": self.requests,
+            "prompt_tokens": self.prompt_tokens,
+            "generated_tokens": self.generated_tokens,
+        }
+
+
+class CountingEngine:
+    """An Engine that counts every request it serves into an ``EngineWork``."""
+
+    def __init__(self, inner: Engine, work: EngineWork) -> None:
+        self.inner = inner
+        self.work = work
+
+    @property
+    def model_name(self) -> str:
+        return self.inner.model_name
+
+    @property
+    def max_model_len(self) -> int:
+        return self.inner.max_model_len
+
+    def render_chat(self, messages: Sequence[dict[str, str]]) -> Prompt:
+        return self.inner.render_chat(messages)
+
+    async def generate(
+        self, prompt: Prompt, spec: SamplingSpec, request_id: str
+    ) -> GenerationResult:
+        result = await self.inner.generate(prompt, spec, request_id)
+        self.work.requests += 1
+        self.work.prompt_tokens += result.prompt_tokens
+        self.work.generated_tokens += result.generated_tokens
+        return result
+
+    async def check_health(self) -> None:
+        await self.inner.check_health()
 
 
 class EngineBackend:
-    """Judges in-process with the service's own ``Judge`` on an engine."""
+    """Judges in-process with the service's own ``Judge`` on an engine.
+
+    A job's sampled units share one stage-1 request of as many samples as the largest of them
+    needs (vote_matched's 2N-1 holds vote's and ReflectRM's N as its first N); each unit then
+    judges from its first ``num_candidates`` samples. Every record is what judging that unit
+    alone gives, its cost included (``Samples.first``)."""
 
     def __init__(self, judge: Judge) -> None:
         self._judge = judge
 
     async def judge(self, unit: Unit, request_id: str) -> Outcome:
-        request = JudgeRequest(
-            conversation=unit.pair.conversation,
-            responses=unit.responses,
-            mode=unit.mode.mode,
-            num_candidates=unit.num_candidates,
-            seed=unit.seed,
-            max_tokens=unit.max_tokens,
-            ablation=unit.mode.ablation,
-        )
+        ((_, outcome),) = await self.judge_job((unit,), request_id)
+        assert isinstance(outcome, Outcome)  # nothing is transient in-process
+        return outcome
+
+    async def judge_job(self, units: Sequence[Unit], request_id: str) -> JobResult:
         started = time.perf_counter()
-        try:
-            j = await self._judge.judge(request, request_id)
-        except PromptTooLongError as exc:
-            # Permanent for this model and max_tokens: recorded, and scored as no verdict.
-            return Outcome(status="error", error=f"prompt_too_long: {exc}")
-        return Outcome(
-            status=j.outcome,
-            winner=j.winner,
-            prompt_tokens=j.usage.prompt_tokens,
-            generated_tokens=j.usage.generated_tokens,
-            engine_requests=j.usage.engine_requests,
-            latency_ms=1000 * (time.perf_counter() - started),
-            early_exit=j.early_exit,
-            parse_failures=j.stage1_parse_failures + j.reflection_parse_failures,
-            outputs=len(j.trace.candidates) + len(j.trace.reflections),
-        )
+        outcomes: dict[Key, Outcome] = {}
+        ready: list[tuple[Unit, PreparedJudgment]] = []
+        checked = await asyncio.to_thread(self._prepare, units)
+        for unit, prepared in zip(units, checked, strict=True):
+            if isinstance(prepared, Outcome):
+                outcomes[unit.key] = prepared
+            else:
+                ready.append((unit, prepared))
+        sampled = [(u, p) for u, p in ready if u.sampled]
+        samples: Samples | None = None
+        if sampled:
+            largest = max(sampled, key=lambda up: up[0].num_candidates)
+            samples = await self._judge.sample(
+                largest[1], f"{request_id}-shared", largest[0].num_candidates
+            )
+
+        async def one(unit: Unit, prepared: PreparedJudgment) -> Judgment:
+            rid = f"{request_id}-{unit.mode.name}"
+            if samples is not None and unit.sampled:
+                return await self._judge.run_from(prepared.request, samples, rid)
+            return await self._judge.run(prepared, rid)
+
+        judgments = await gather_all([one(u, p) for u, p in ready])
+        for (unit, _), j in zip(ready, judgments, strict=True):
+            outcomes[unit.key] = _outcome_of(j, 1000 * (time.perf_counter() - started))
+        return [(u, outcomes[u.key]) for u in units]
+
+    def _prepare(self, units: Sequence[Unit]) -> list[PreparedJudgment | Outcome]:
+        out: list[PreparedJudgment | Outcome] = []
+        for unit in units:
+            refusal_outcome = refused(unit)
+            if refusal_outcome is not None:
+                out.append(refusal_outcome)
+                continue
+            try:
+                out.append(self._judge.prepare(unit.request()))
+            except PromptTooLongError as exc:
+                # Permanent for this model and max_tokens: recorded, and scored as no verdict.
+                out.append(Outcome(status="error", error=f"prompt_too_long: {exc}"))
+        return out
+
+
+def _outcome_of(j: Judgment, latency_ms: float) -> Outcome:
+    return Outcome(
+        status=j.outcome,
+        winner=j.winner,
+        scores=j.scores,
+        prompt_tokens=j.usage.prompt_tokens,
+        generated_tokens=j.usage.generated_tokens,
+        engine_requests=j.usage.engine_requests,
+        latency_ms=latency_ms,
+        early_exit=j.early_exit,
+        parse_failures=j.stage1_parse_failures + j.reflection_parse_failures,
+        outputs=len(j.trace.candidates) + len(j.trace.reflections),
+    )
 
 
 # Status codes of POST /v1/judge that will not change on a retry.
@@ -191,8 +332,16 @@ PERMANENT_STATUS = (400, 413, 422)
 RETRY_STATUS = (429, 499, 500, 502, 503, 504)
 
 
+class ServiceRefusedError(RuntimeError):
+    """The service refuses what the whole run needs (e.g. ablations it was not started to
+    allow, or an answer no retry fixes): the run stops, keeping what is already recorded."""
+
+
 class HttpBackend:
-    """Judges through a running service's ``POST /v1/judge``; retries what a retry can fix."""
+    """Judges through a running service's ``POST /v1/judge``; retries what a retry can fix.
+
+    Over HTTP every unit is its own request: the API takes no precomputed samples, so modes do
+    not share them (the results are the same; the engine work is larger)."""
 
     def __init__(self, client: Any, url: str, retries: int = 5, backoff_s: float = 2.0) -> None:
         self.client = client
@@ -219,9 +368,21 @@ class HttpBackend:
             body["ablation"] = unit.mode.ablation
         return body
 
+    async def judge_job(self, units: Sequence[Unit], request_id: str) -> JobResult:
+        async def one(unit: Unit) -> Outcome | TransientError:
+            try:
+                return await self.judge(unit, f"{request_id}-{unit.mode.name}")
+            except TransientError as exc:
+                return exc
+
+        return list(zip(units, await gather_all([one(u) for u in units]), strict=True))
+
     async def judge(self, unit: Unit, request_id: str) -> Outcome:
         import httpx
 
+        refusal_outcome = refused(unit)  # the schema would answer 422: same record as in-process
+        if refusal_outcome is not None:
+            return refusal_outcome
         body = self.body(unit)
         problem = ""
         for attempt in range(self.retries + 1):
@@ -237,10 +398,15 @@ class HttpBackend:
             if r.status_code == 200:
                 return self._outcome(r.json(), unit, 1000 * (time.perf_counter() - started))
             detail = _detail(r)
+            if unit.mode.ablation != "none" and r.status_code == 422 and "ablation" in detail:
+                raise ServiceRefusedError(
+                    f"{self.url} refuses the ablation modes ({r.status_code}: {detail}); start "
+                    "the service with REFLECTRM_ALLOW_ABLATIONS=true, or drop those modes"
+                )
             if r.status_code in PERMANENT_STATUS:
                 return Outcome(status="error", error=f"http_{r.status_code}: {detail}")
             if r.status_code not in RETRY_STATUS:
-                raise RuntimeError(f"POST {self.url} answered {r.status_code}: {detail}")
+                raise ServiceRefusedError(f"POST {self.url} answered {r.status_code}: {detail}")
             problem = f"http_{r.status_code}: {detail}"
             retry_after = r.headers.get("Retry-After", "")
             if retry_after.isdigit():
@@ -253,9 +419,11 @@ class HttpBackend:
         requests = int(usage.get("engine_requests", 0))
         # The response counts engine requests, not outputs: stage 1 is one request of n outputs.
         outputs = unit.num_candidates + max(0, requests - 1) if requests else None
+        scores = data.get("scores")
         return Outcome(
             status="verdict" if data.get("outcome") == "verdict" else "no_verdict",
             winner=data.get("winner"),
+            scores=(float(scores[0]), float(scores[1])) if scores else None,
             prompt_tokens=int(usage.get("prompt_tokens", 0)),
             generated_tokens=int(usage.get("generated_tokens", 0)),
             engine_requests=requests,
@@ -335,40 +503,43 @@ async def run_units(
     writer: Writer,
     concurrency: int,
     progress: Progress | None = None,
+    share_samples: bool = False,
 ) -> RunSummary:
-    """Judge every unit with at most ``concurrency`` in flight, appending each result."""
-    queue: asyncio.Queue[Unit] = asyncio.Queue()
-    for unit in units:
-        queue.put_nowait(unit)
+    """Judge every unit with at most ``concurrency`` jobs in flight, appending each result as
+    its job finishes. With ``share_samples`` a job is one pair in one order, all its modes."""
+    queue: asyncio.Queue[tuple[Unit, ...]] = asyncio.Queue()
+    for job in jobs(units, share_samples):
+        queue.put_nowait(job)
     started = time.monotonic()
     counts = {"judged": 0, "errors": 0, "retry": 0, "tokens": 0}
 
     async def worker(index: int) -> None:
         while True:
             try:
-                unit = queue.get_nowait()
+                job = queue.get_nowait()
             except asyncio.QueueEmpty:
                 return
-            k = unit.key
-            rid = f"eval{index}-{k.benchmark}-{k.pair_id}-{k.mode}-{k.chosen_position}"
-            try:
-                outcome = await backend.judge(unit, rid)
-            except TransientError as exc:
-                counts["retry"] += 1
-                log.warning("not recorded, a rerun will retry it: %s", exc)
-                continue
-            record = to_record(unit, outcome)
-            writer.write(record.to_json())
-            counts["judged"] += 1
-            counts["errors"] += record.status == "error"
-            counts["tokens"] += record.generated_tokens
-            if progress is not None:
-                progress.update(record)
+            first = job[0]
+            rid = f"eval{index}-{first.pair.benchmark}-{first.pair.id}-{first.chosen_position}"
+            for unit, outcome in await backend.judge_job(job, rid):
+                if isinstance(outcome, TransientError):
+                    counts["retry"] += 1
+                    log.warning("not recorded, a rerun will retry it: %s", outcome)
+                    continue
+                record = to_record(unit, outcome)
+                writer.write(record.to_json())
+                counts["judged"] += 1
+                counts["errors"] += record.status == "error"
+                counts["tokens"] += record.generated_tokens
+                if progress is not None:
+                    progress.update(record)
 
     try:
         async with asyncio.TaskGroup() as group:
             for i in range(max(1, concurrency)):
                 group.create_task(worker(i))
+    except BaseExceptionGroup as failed:
+        raise failed.exceptions[0] from None  # e.g. ServiceRefusedError, as itself
     finally:
         if progress is not None:
             with contextlib.suppress(Exception):

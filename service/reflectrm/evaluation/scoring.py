@@ -1,4 +1,5 @@
-"""Each benchmark's official metric, and the per-pair outcomes it is applied to.
+"""Each benchmark's official metric, the generic metric for any other pairwise data, and the
+per-pair outcomes they are applied to.
 
 Every metric here has the same shape: pairs fall into groups (a subset, a goal, an RM-Bench
 style cell), each group's mean is taken, and a benchmark-specific ``combine`` turns the group
@@ -24,7 +25,8 @@ Item = tuple[Meta, float]  # one pair's metadata and its outcome in [0, 1]
 # --- per-pair outcomes ----------------------------------------------------------------------
 
 # RewardBench's generative-judge script scores an unparseable judgment 0.5 ("effectively a tie");
-# the other benchmarks' official scripts give it nothing. A "no verdict" answer is scored so.
+# the other benchmarks' official scripts give it nothing, and neither does the generic metric.
+# A "no verdict" answer is scored so.
 NO_VERDICT_CREDIT = {REWARDBENCH: 0.5}
 
 
@@ -255,6 +257,41 @@ METRICS: dict[str, Metric] = {
 }
 
 
+# Any dataset that is not one of the benchmarks above (a user's own pairs in the shared schema).
+GENERIC = Metric(
+    group=lambda m: m.get("subset", "all"),
+    combine=_pooled_with_parts,
+    note="generic pairwise scoring: accuracy over all pairs (a no verdict is a miss), each "
+    "`subset` beside it",
+)
+
+
+def metric_of(benchmark: str) -> Metric:
+    """The benchmark's official metric; the generic one for any other dataset name."""
+    return METRICS.get(benchmark, GENERIC)
+
+
+def is_generic(benchmark: str) -> bool:
+    return benchmark not in METRICS
+
+
+def groups_of(items: Mapping[str, Item]) -> list[Item]:
+    """Best-of-N groups: pairs sharing a ``group_id`` (one chosen response against several
+    rejected ones). A group scores 1 when every one of its pairs scores 1 (the chosen response
+    wins all its comparisons), else 0. Pairs without a group_id are left out."""
+    by_group: dict[str, list[float]] = {}
+    subsets: dict[str, str] = {}
+    for meta, value in items.values():
+        group = meta.get("group_id")
+        if group is not None:
+            by_group.setdefault(group, []).append(value)
+            subsets.setdefault(group, meta.get("subset", "all"))
+    return [
+        ({"subset": subsets[g]}, 1.0 if all(v == 1.0 for v in values) else 0.0)
+        for g, values in by_group.items()
+    ]
+
+
 @dataclass(frozen=True)
 class Score:
     value: float  # percent, 0-100; NaN when there is nothing to score
@@ -263,7 +300,7 @@ class Score:
 
 
 def group_means(benchmark: str, items: Sequence[Item]) -> tuple[dict[str, float], dict[str, int]]:
-    metric = METRICS[benchmark]
+    metric = metric_of(benchmark)
     sums: dict[str, float] = {}
     counts: dict[str, int] = {}
     for meta, value in items:
@@ -278,7 +315,7 @@ def score(benchmark: str, items: Sequence[Item]) -> Score:
     if not items:
         return Score(float("nan"), 0, {})
     means, counts = group_means(benchmark, items)
-    value, details = METRICS[benchmark].combine(means, counts)
+    value, details = metric_of(benchmark).combine(means, counts)
     return Score(100 * value, len(items), {k: 100 * v for k, v in details.items()})
 
 
@@ -300,7 +337,7 @@ def bootstrap(
         raise ValueError("bootstrap needs the same pairs for every mode")
     if n == 0:
         return {m: np.full(resamples, np.nan) for m in modes}
-    metric = METRICS[benchmark]
+    metric = metric_of(benchmark)
     groups = sorted({metric.group(meta) for meta, _ in aligned[modes[0]]})
     index = {g: i for i, g in enumerate(groups)}
     codes = np.array([index[metric.group(meta)] for meta, _ in aligned[modes[0]]])

@@ -72,6 +72,27 @@ class PreparedJudgment:
     prompt: Prompt
 
 
+@dataclass(frozen=True)
+class Samples:
+    """Stage-1 outputs of one engine request, and that request's usage and wall time."""
+
+    candidates: tuple[Candidate, ...]
+    usage: Usage
+    seconds: float = 0.0
+
+    def first(self, n: int) -> Samples:
+        """The first ``n`` outputs, with the usage a request for ``n`` alone reports. With a seed,
+        they are the outputs such a request samples: vLLM seeds the i-th output of a request
+        with ``seed + i`` whatever ``n`` is (vllm/v1/engine/parallel_sampling.py)."""
+        if n >= len(self.candidates):
+            return self
+        kept = self.candidates[:n]
+        usage = dataclasses.replace(
+            self.usage, generated_tokens=sum(c.num_tokens for c in kept), engine_requests=1
+        )
+        return Samples(kept, usage, self.seconds)
+
+
 class Judge:
     """Runs judgments against one engine. Construct once; safe to share between requests."""
 
@@ -124,21 +145,46 @@ class Judge:
         return await self.run(prepared, request_id)
 
     async def run(self, prepared: PreparedJudgment, request_id: str) -> Judgment:
-        request = prepared.request
+        samples = await self.sample(prepared, request_id)
+        return await self.run_from(prepared.request, samples, request_id)
+
+    def stage1_spec(self, request: JudgeRequest, n: int | None = None) -> SamplingSpec:
+        """The stage-1 request: one greedy output in single mode, else ``n`` (default the
+        request's num_candidates) seeded samples."""
         single = request.mode == "single"
-        spec = SamplingSpec(
-            n=1 if single else request.num_candidates,
+        return SamplingSpec(
+            n=1 if single else (n or request.num_candidates),
             temperature=0.0 if single else self.config.temperature,
             max_tokens=request.max_tokens,
             seed=request.seed if (self.config.seeded_sampling and not single) else None,
             regex=self._regex(RESPONSE_VERDICTS, request.max_tokens),
             stop=STOP,
         )
+
+    async def sample(
+        self, prepared: PreparedJudgment, request_id: str, n: int | None = None
+    ) -> Samples:
+        """Stage 1 alone: one engine request for the request's candidates, or for ``n`` samples
+        so that several judgments of the same pair, order and seed can start from them (see
+        ``Samples.first``)."""
+        spec = self.stage1_spec(prepared.request, n)
         started = time.monotonic()
         result = await self.engine.generate(prepared.prompt, spec, rollout_request_id(request_id))
-        rollout_seconds = time.monotonic() - started
-        usage = Usage.of(result)
-        candidates = tuple(_candidate(i, g) for i, g in enumerate(result.generations))
+        return Samples(
+            candidates=tuple(_candidate(i, g) for i, g in enumerate(result.generations)),
+            usage=Usage.of(result),
+            seconds=time.monotonic() - started,
+        )
+
+    async def run_from(self, request: JudgeRequest, samples: Samples, request_id: str) -> Judgment:
+        """The judgment from stage-1 outputs already sampled (by ``sample``, for this request or
+        a larger one with the same prompt, sampling and seed): the first ``num_candidates`` of
+        them are used (all of them in single mode), and the usage reported is theirs alone, as if
+        this request had sampled them. The result is the one ``run`` gives."""
+        if request.mode != "single":
+            samples = samples.first(request.num_candidates)
+        started = time.monotonic()
+        candidates, usage = samples.candidates, samples.usage
         parsed = [c for c in candidates if c.verdict is not None]
         if not parsed:
             judgment = _no_verdict(request, candidates, usage)
@@ -148,8 +194,8 @@ class Judge:
             judgment = await self._reflect(request, candidates, parsed, usage, request_id)
         return dataclasses.replace(
             judgment,
-            rollout_seconds=rollout_seconds,
-            reflection_seconds=time.monotonic() - started - rollout_seconds,
+            rollout_seconds=samples.seconds,
+            reflection_seconds=time.monotonic() - started,
         )
 
     async def _reflect(

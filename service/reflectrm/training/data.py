@@ -367,6 +367,22 @@ async def build(engine: Engine, pairs: Sequence[Pair], config: BuildConfig, out_
     return stats
 
 
+def refit(
+    items: Sequence[dict[str, Any]], fits: Callable[[dict[str, Any]], bool]
+) -> list[dict[str, Any]]:
+    """The items that ``fits``, mixed again at the ratio of preference to reflection items that
+    ``items`` has (the excess kind trimmed, in file order). Filtering a mixed set alone would
+    skew its ratio: reflection prompts, carrying two critiques, are the longer ones. Pure."""
+    preference = [i for i in items if i["kind"] == "preference"]
+    reflection = [i for i in items if i["kind"] == "reflection"]
+    ratio = len(preference) / len(reflection) if reflection else None
+    kept_pref = [i for i in preference if fits(i)]
+    kept_refl = [i for i in reflection if fits(i)]
+    n_pref, n_refl = mix_counts(len(kept_pref), len(kept_refl), ratio)
+    keep = {id(i) for i in kept_pref[:n_pref] + kept_refl[:n_refl]}
+    return [i for i in items if id(i) in keep]
+
+
 def rebuild(judgments: Path, config: BuildConfig, out_dir: Path) -> Stats:
     """Select again from saved judgments (e.g. another mix ratio) without running the model."""
     judged = [judged_from_json(r) for r in read_items(judgments)]

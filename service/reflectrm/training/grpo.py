@@ -12,7 +12,7 @@ from reflectrm.engines.chat import chat_template_kwargs
 from reflectrm.judging.prompts import get_template
 from reflectrm.models import default_cache_dir, file_sha256, resolve_model
 from reflectrm.training.config import GRPOSettings
-from reflectrm.training.data import STATS_FILE, read_items
+from reflectrm.training.data import STATS_FILE, read_items, refit
 from reflectrm.training.rewards import format_reward, verdict_reward
 from reflectrm.training.trainer import (
     METRICS_FILE,
@@ -101,9 +101,17 @@ def train(cfg: GRPOSettings, data: Path, cache_dir: Path | None = None) -> Path:
     chat = chat_template_kwargs(tokenizer)
     dropped = 0
     if cfg.max_prompt_tokens is not None:
-        lengths = prompt_lengths(items, tokenizer)
-        kept = [i for i, n in zip(items, lengths, strict=True) if n <= cfg.max_prompt_tokens]
-        dropped, items = len(items) - len(kept), kept
+        limit = cfg.max_prompt_tokens
+
+        def fits(item: dict[str, Any]) -> bool:
+            return prompt_lengths([item], tokenizer)[0] <= limit
+
+        # Filter first, then mix again: dropping long items from the mixed file alone would
+        # skew the preference:reflection ratio (reflection prompts are the longer ones).
+        before = len(items)
+        items = refit(items, fits)
+        dropped = before - len(items)
+        log.info("max_prompt_tokens %d: %d of %d items kept, ratio kept", limit, len(items), before)
         check_items(items, cfg.template_version)
     dataset = Dataset.from_list([{k: i[k] for k in ITEM_COLUMNS} for i in items])
     rewards: list[Any] = [verdict_reward]
