@@ -87,9 +87,9 @@ async def phase(
                     return None
 
         before = await asyncio.to_thread(fleet.counters)
-        started = time.monotonic()
+        started, cpu_started = time.monotonic(), time.process_time()
         results = await asyncio.gather(*[one(i, r) for i, r in enumerate(requests)])
-        wall = time.monotonic() - started
+        wall, cpu = time.monotonic() - started, time.process_time() - cpu_started
         await asyncio.sleep(1.0)  # the replicas record a request just after answering it
         after = await asyncio.to_thread(fleet.counters)
     done = [j for j in results if j is not None]
@@ -104,6 +104,8 @@ async def phase(
         "engine_requests": sum(j.usage.engine_requests for j in done),
         "wall_s": round(wall, 1),
         "judgments_per_s": round(len(done) / wall, 4),
+        # The judge's own CPU time (this process: judging code, HTTP client, JSON).
+        "judge_cpu_s_per_judgment": round(cpu / len(done), 4) if done else None,
         "prefix_cache_hit_rate": round(hits / queries, 4) if queries else None,
         "prefix_cache_queries": int(queries),
         "prefix_cache_hits": int(hits),
@@ -140,6 +142,13 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
             "judgments_per_s_mean": round(statistics.mean(p["judgments_per_s"] for p in rows), 4),
             "prefix_cache_hit_rate": [p["prefix_cache_hit_rate"] for p in rows],
             "cached_prompt_share": [p["cached_prompt_share"] for p in rows],
+            "judge_cpu_s_per_judgment": [p["judge_cpu_s_per_judgment"] for p in rows],
+            "prompt_tokens_per_judgment": round(
+                sum(p["prompt_tokens"] for p in rows) / sum(p["judgments"] for p in rows), 1
+            ),
+            "generated_tokens_per_judgment": round(
+                sum(p["generated_tokens"] for p in rows) / sum(p["judgments"] for p in rows), 1
+            ),
         }
 
     return {
