@@ -31,12 +31,11 @@ from reflectrm.engines.factory import resolve
 from reflectrm.engines.vllm_engine import vllm_serve_args
 
 HOST = "127.0.0.1"
+# Finished requests (a request aborted by its client is not counted here by vLLM 0.32).
 SUCCESS = "vllm:request_success_total"
-# Requests that ended because their client went away (a label value of SUCCESS).
-ABORTED = "aborted"
 # The engine counters read from each replica's own /metrics.
 COUNTERS = (
-    "vllm:request_success_total",
+    SUCCESS,
     "vllm:prefix_cache_queries_total",
     "vllm:prefix_cache_hits_total",
     "vllm:prompt_tokens_total",
@@ -87,13 +86,10 @@ def parse_metrics(text: str, names: Sequence[str] = COUNTERS) -> dict[str, float
 
     wanted = set(names)
     totals = dict.fromkeys(names, 0.0)
-    totals[ABORTED] = 0.0
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.name in wanted:
                 totals[sample.name] += sample.value
-            if sample.name == SUCCESS and sample.labels.get("finished_reason") == "abort":
-                totals[ABORTED] += sample.value
     return totals
 
 
