@@ -436,20 +436,21 @@ def test_choose_model():
     two = {"data": [{"id": "a", "max_model_len": 1}, {"id": "b", "max_model_len": 1}]}
     with pytest.raises(EngineError, match="name the one to judge with"):
         choose_model(two, "default", URL)
-    with pytest.raises(EngineError, match="max_model_len"):
-        choose_model({"data": [{"id": "smol"}]}, "smol", URL)
+    # production-stack's router lists models without their context length.
+    assert choose_model({"data": [{"id": "smol"}]}, "smol", URL) == ("smol", None)
 
 
 async def test_opening_waits_for_the_fleet_then_reads_its_model(monkeypatch):
     import reflectrm.engines.remote as remote
 
     monkeypatch.setattr(remote, "STARTUP_POLL_S", 0.0)
-    answers = iter([httpx.ConnectError("refused"), httpx.Response(503), httpx.Response(200)])
+    answers = iter([httpx.ConnectError("refused"), httpx.Response(503)])
+    listings = iter([ok({"object": "list", "data": []})])
 
     def fleet(request: httpx.Request) -> httpx.Response:
         if request.url.path == "/v1/models":
-            return ok(MODELS)
-        answer = next(answers)
+            return next(listings, ok(MODELS))
+        answer = next(answers, httpx.Response(200))
         if isinstance(answer, Exception):
             raise answer
         return answer
@@ -460,6 +461,24 @@ async def test_opening_waits_for_the_fleet_then_reads_its_model(monkeypatch):
     async with remote_engine(config, httpx.MockTransport(fleet)) as engine:
         assert engine.model_name == "smol"
         assert engine.max_model_len == 1024  # the judge's own bound is the smaller
+
+
+async def test_a_context_length_missing_from_the_model_list_comes_from_tokenize():
+    seen: list[tuple[str, dict]] = []
+
+    def fleet(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content) if request.content else {}
+        seen.append((request.url.path, body))
+        if request.url.path == "/v1/models":
+            return ok({"data": [{"id": "smol", "object": "model"}]})
+        if request.url.path == "/tokenize":
+            return ok({"count": 2, "max_model_len": 3072, "tokens": [1, 2]})
+        return httpx.Response(200)
+
+    config = EngineConfig(kind="remote", model="smol", remote=RemoteConfig(url=URL))
+    async with remote_engine(config, httpx.MockTransport(fleet)) as engine:
+        assert engine.max_model_len == 3072
+    assert seen[-1] == ("/tokenize", {"model": "smol", "prompt": "context length"})
 
 
 async def test_opening_gives_up_after_the_startup_timeout(monkeypatch):

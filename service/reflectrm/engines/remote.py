@@ -337,9 +337,9 @@ def _clients(config: RemoteConfig, transport: Any = None) -> tuple[httpx.AsyncCl
     return httpx.AsyncClient(**common), httpx.Client(**common)
 
 
-def choose_model(models: dict[str, Any], wanted: str, url: str) -> tuple[str, int]:
+def choose_model(models: dict[str, Any], wanted: str, url: str) -> tuple[str, int | None]:
     """The fleet's model the judge asks for (``wanted``, or the only one for 'default'), and its
-    context length, from a /v1/models answer."""
+    context length if /v1/models reports it (vLLM does; production-stack's router does not)."""
     cards = [m for m in models.get("data") or [] if isinstance(m, dict) and m.get("id")]
     names = [str(m["id"]) for m in cards]
     if wanted == DEFAULT_MODEL:
@@ -357,9 +357,7 @@ def choose_model(models: dict[str, Any], wanted: str, url: str) -> tuple[str, in
             )
         card = found[0]
     max_len = card.get("max_model_len")
-    if not isinstance(max_len, int) or max_len <= 0:
-        raise EngineError(f"the engine fleet at {url} does not report max_model_len for {wanted}")
-    return str(card["id"]), max_len
+    return str(card["id"]), max_len if isinstance(max_len, int) and max_len > 0 else None
 
 
 async def _wait_for_fleet(
@@ -371,9 +369,22 @@ async def _wait_for_fleet(
     while True:
         try:
             health = await client.get(HEALTH)
-            if health.status_code == 200:
-                return choose_model(_json_of(await client.get(MODELS)), wanted, str(config.url))
-            last = f"{HEALTH} answered {health.status_code}"
+            models = _json_of(await client.get(MODELS)) if health.status_code == 200 else None
+            if models is not None and not models.get("data"):
+                last = f"{MODELS} lists no models yet"
+            elif models is not None:
+                name, max_len = choose_model(models, wanted, str(config.url))
+                if max_len is None:
+                    # /tokenize reports the serving replica's context length.
+                    probe = {"model": name, "prompt": "context length"}
+                    max_len = _json_of(await client.post(TOKENIZE, json=probe)).get("max_model_len")
+                if not isinstance(max_len, int) or max_len <= 0:
+                    raise EngineError(
+                        f"the engine fleet at {config.url} reports no context length for {name}"
+                    )
+                return name, max_len
+            else:
+                last = f"{HEALTH} answered {health.status_code}"
         except httpx.HTTPError as exc:
             last = _connection_failure(exc).reason
         except _Failure as exc:
