@@ -300,3 +300,23 @@ def test_a_fleet_that_is_down_answers_503_and_not_ready(fleet: Fleet, judge_serv
         assert "cannot connect" in response.json()["detail"]
         assert "after 3 attempts" in response.json()["detail"]
         assert response.headers["retry-after"]
+
+
+async def test_a_seeded_sampled_judgment_equals_the_in_process_one(
+    fleet: Fleet, engine: ForwardingEngine
+):
+    """Stage 1 samples n outputs seeded seed+k on both paths: alone on an engine, the same."""
+    request = JudgeRequest(
+        conversation=(Message("user", "Which is heavier, a kilogram of iron or of feathers?"),),
+        responses=("They weigh the same.", "The iron is heavier."),
+        mode="vote",
+        num_candidates=4,
+        seed=5,
+        max_tokens=48,
+    )
+    local = await Judge(engine, JudgeConfig()).judge(request, "inproc-vote")
+    replica = next(r for r in fleet.replicas if r.alive())
+    async with remote(replica.url) as fleet_engine:
+        served = await Judge(fleet_engine, JudgeConfig()).judge(request, "remote-vote")
+    assert [c.text for c in served.trace.candidates] == [c.text for c in local.trace.candidates]
+    assert (served.winner, served.votes) == (local.winner, local.votes)
