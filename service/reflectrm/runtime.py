@@ -6,13 +6,15 @@ goes through ``open_engine(engine_config(settings))``; nothing imports the HTTP 
 
 from __future__ import annotations
 
-from reflectrm.engines.config import EngineConfig
+from reflectrm.engines.config import EngineConfig, RemoteConfig
 from reflectrm.judging.judge import JudgeConfig
 from reflectrm.settings import Settings
 
 
 def engine_config(settings: Settings) -> EngineConfig:
+    key = settings.engine_api_key
     return EngineConfig(
+        kind=settings.engine,
         model=settings.model,
         cache_dir=settings.cache_dir,
         template_version=settings.template_version,
@@ -27,6 +29,16 @@ def engine_config(settings: Settings) -> EngineConfig:
         enable_prefix_caching=settings.enable_prefix_caching,
         max_num_seqs=settings.max_num_seqs,
         tensor_parallel_size=settings.tensor_parallel_size,
+        remote=RemoteConfig(
+            url=settings.engine_url,
+            api_key=key.get_secret_value() if key is not None else None,
+            connect_timeout_s=settings.engine_connect_timeout_s,
+            timeout_s=settings.engine_timeout_s,
+            retries=settings.engine_retries,
+            affinity=settings.engine_affinity,
+            tokenizer=settings.engine_tokenizer,
+            startup_timeout_s=settings.engine_startup_timeout_s,
+        ),
     )
 
 

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 # The embedded SmolLM2-135M-Instruct, prepared on first use (see models.py).
@@ -160,6 +160,47 @@ class Settings(BaseSettings):
     )
 
     # --- engine ------------------------------------------------------------------------------
+    engine: Literal["vllm", "remote"] = Field(
+        "vllm",
+        description="'vllm': an engine in this process. 'remote': a vLLM fleet (vllm serve "
+        "replicas, usually behind a router) at engine_url; the model is then the fleet's model "
+        "name ('default': the only one it serves) and the engine settings below are the fleet's.",
+    )
+    engine_url: str | None = Field(
+        None,
+        description="Remote engine: the fleet's base URL (router or replica), e.g. "
+        "http://router:8000.",
+    )
+    engine_api_key: SecretStr | None = Field(
+        None, description="Remote engine: the fleet's API key (vllm serve --api-key), if any."
+    )
+    engine_timeout_s: float = Field(
+        900.0, gt=0, description="Remote engine: longest wait for one engine request's answer."
+    )
+    engine_connect_timeout_s: float = Field(
+        5.0, gt=0, description="Remote engine: longest wait to connect to the fleet."
+    )
+    engine_retries: int = Field(
+        2,
+        ge=0,
+        description="Remote engine: extra attempts for an engine request that never reached the "
+        "fleet, lost its connection before an answer, or got 408/429/502/503/504.",
+    )
+    engine_affinity: bool = Field(
+        True,
+        description="Remote engine: send the judgment's id in X-Session-ID with every engine "
+        "request, so a consistent-hash router keeps a judgment on one replica (prefix cache).",
+    )
+    engine_tokenizer: str | None = Field(
+        None,
+        description="Remote engine: render and tokenize prompts with this local tokenizer "
+        "('default', a folder or a hub id) instead of the fleet's /tokenize.",
+    )
+    engine_startup_timeout_s: float = Field(
+        600.0,
+        gt=0,
+        description="Remote engine: how long the service waits at start for the fleet to be ready.",
+    )
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="'auto' uses the GPU when the installed vLLM build is the GPU one."
     )
@@ -214,3 +255,9 @@ class Settings(BaseSettings):
         description="Live judgments in flight at which sampled checks are not started and "
         "running ones are cancelled, so live traffic goes first.",
     )
+
+    @model_validator(mode="after")
+    def _remote_engine_has_a_url(self) -> Settings:
+        if self.engine == "remote" and not self.engine_url:
+            raise ValueError("REFLECTRM_ENGINE=remote needs REFLECTRM_ENGINE_URL (the fleet's URL)")
+        return self

@@ -14,8 +14,9 @@ from reflectrm.models import resolve_model
 
 def resolve(config: EngineConfig) -> EngineConfig:
     """The config with ``model`` replaced by what the engine loads: the prepared default model,
-    a checked checkpoint folder, or a hub id. Idempotent; slow only the first time (conversion)."""
-    if config.resolved:
+    a checked checkpoint folder, or a hub id. Idempotent; slow only the first time (conversion).
+    A remote engine's model is a name the fleet serves: it stays as it is."""
+    if config.resolved or config.kind == "remote":
         return config
     path = resolve_model(config.model, config.cache_dir, config.template_version)
     return dataclasses.replace(config, model=path, resolved=True)
@@ -24,7 +25,13 @@ def resolve(config: EngineConfig) -> EngineConfig:
 @contextlib.asynccontextmanager
 async def open_engine(config: EngineConfig) -> AsyncIterator[Engine]:
     """Start the configured engine (the default model is prepared first) and shut it down on
-    exit, whatever happens inside."""
+    exit, whatever happens inside. A remote engine connects to its fleet instead."""
+    if config.kind == "remote":
+        from reflectrm.engines.remote import remote_engine
+
+        async with remote_engine(config) as remote:
+            yield remote
+        return
     from reflectrm.engines.vllm_engine import vllm_engine  # vLLM is heavy: load it on use
 
     resolved = await asyncio.to_thread(resolve, config)

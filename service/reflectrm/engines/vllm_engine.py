@@ -17,7 +17,7 @@ from reflectrm.engines.base import (
     Prompt,
     SamplingSpec,
 )
-from reflectrm.engines.chat import chat_template_kwargs
+from reflectrm.engines.chat import render_chat_with
 from reflectrm.engines.config import EngineConfig
 from reflectrm.engines.reaper import Reaper
 
@@ -32,10 +32,9 @@ def vllm_is_cpu_build() -> bool:
     return bool(current_platform.is_cpu())
 
 
-def engine_args(config: EngineConfig) -> Any:
-    """AsyncEngineArgs for a resolved config, with working defaults for a small CPU machine."""
-    from vllm.engine.arg_utils import AsyncEngineArgs
-
+def engine_kwargs(config: EngineConfig) -> dict[str, Any]:
+    """vLLM's engine arguments for a resolved config, with working defaults for a small CPU
+    machine: the in-process engine and ``vllm serve`` replicas (``vllm_serve_args``) share them."""
     model_path = config.model
     on_cpu = config.device == "cpu" or (config.device == "auto" and vllm_is_cpu_build())
     dtype = config.dtype
@@ -64,7 +63,30 @@ def engine_args(config: EngineConfig) -> Any:
         kwargs["gpu_memory_utilization"] = config.gpu_memory_utilization
         if config.enable_chunked_prefill is not None:
             kwargs["enable_chunked_prefill"] = config.enable_chunked_prefill
-    return AsyncEngineArgs(**kwargs)
+    return kwargs
+
+
+def engine_args(config: EngineConfig) -> Any:
+    """AsyncEngineArgs for a resolved config."""
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    return AsyncEngineArgs(**engine_kwargs(config))
+
+
+def vllm_serve_args(config: EngineConfig, host: str, port: int) -> list[str]:
+    """Command-line arguments for a ``vllm serve`` replica (or ``python -m
+    vllm.entrypoints.openai.api_server``) that runs the engine exactly as the in-process one
+    would for the same resolved config, and reports cached prompt tokens in its usage."""
+    args: list[str] = []
+    for name, value in engine_kwargs(config).items():
+        flag = "--" + name.replace("_", "-")
+        if value is None or name == "disable_log_stats":
+            continue
+        if isinstance(value, bool):
+            args.append(flag if value else f"--no-{flag[2:]}")
+        else:
+            args += [flag, str(value)]
+    return [*args, "--enable-prompt-tokens-details", "--host", host, "--port", str(port)]
 
 
 class VLLMEngine:
@@ -75,7 +97,6 @@ class VLLMEngine:
         self._tokenizer = tokenizer
         self._model_name = model_name
         self._max_model_len = max_model_len
-        self._chat_kwargs = chat_template_kwargs(tokenizer)
 
     @property
     def model_name(self) -> str:
@@ -86,11 +107,7 @@ class VLLMEngine:
         return self._max_model_len
 
     def render_chat(self, messages: Sequence[dict[str, str]]) -> Prompt:
-        text = self._tokenizer.apply_chat_template(
-            list(messages), tokenize=False, add_generation_prompt=True, **self._chat_kwargs
-        )
-        ids = self._tokenizer.encode(text, add_special_tokens=False)
-        return Prompt(text=text, token_ids=tuple(ids))
+        return render_chat_with(self._tokenizer, messages)
 
     async def generate(
         self, prompt: Prompt, spec: SamplingSpec, request_id: str

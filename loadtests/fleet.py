@@ -1,0 +1,263 @@
+"""A real vLLM fleet on loopback, for the fleet tests and measurements: ``vllm serve`` replicas
+(the CPU build here, run exactly like the in-process engine) behind ``vllm-router``.
+
+Every process is started in its own process group and stopped through that group only
+(SIGINT first, then SIGTERM, then SIGKILL for whatever of the group is left), so a replica's
+engine-core and worker processes go with it. ``Replica.crash`` kills a replica's group at once,
+as a machine failure would.
+
+    with local_fleet(replicas=2, log_dir=Path("runs/fleet")) as fleet:
+        fleet.router_url, fleet.replicas[0].metrics()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import httpx
+
+from reflectrm.engines.config import EngineConfig
+from reflectrm.engines.factory import resolve
+from reflectrm.engines.vllm_engine import vllm_serve_args
+
+HOST = "127.0.0.1"
+# Finished requests (a request aborted by its client is not counted here by vLLM 0.32).
+SUCCESS = "vllm:request_success_total"
+# The engine counters read from each replica's own /metrics.
+COUNTERS = (
+    SUCCESS,
+    "vllm:prefix_cache_queries_total",
+    "vllm:prefix_cache_hits_total",
+    "vllm:prompt_tokens_total",
+    "vllm:generation_tokens_total",
+    "vllm:num_requests_running",
+)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def stop_group(process: subprocess.Popen[Any], grace_s: float = 30.0) -> None:
+    """Stop a process started with ``start_new_session=True`` and everything in its group."""
+    pgid = process.pid
+    for sig, wait_s in ((signal.SIGINT, grace_s), (signal.SIGTERM, 10.0)):
+        if process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(sig)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(wait_s)
+    # Children (engine core, workers) may outlive the server briefly; give them a moment.
+    deadline = time.monotonic() + 10.0
+    while _group_alive(pgid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if _group_alive(pgid):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(10)
+
+
+def parse_metrics(text: str, names: Sequence[str] = COUNTERS) -> dict[str, float]:
+    """The sum over labels of each named metric in a Prometheus text exposition."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    wanted = set(names)
+    totals = dict.fromkeys(names, 0.0)
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name in wanted:
+                totals[sample.name] += sample.value
+    return totals
+
+
+@dataclass
+class Replica:
+    name: str
+    port: int
+    process: subprocess.Popen[Any]
+    log: IO[bytes]
+
+    @property
+    def url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def metrics(self) -> dict[str, float]:
+        response = httpx.get(f"{self.url}/metrics", timeout=10)
+        response.raise_for_status()
+        return parse_metrics(response.text)
+
+    def crash(self) -> None:
+        """Kill the replica and its engine processes at once (SIGKILL to its process group)."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(30)
+
+    def stop(self) -> None:
+        stop_group(self.process)
+        self.log.close()
+
+
+def replica_config(kv_cache_gib: float = 1.0, max_model_len: int = 4096) -> EngineConfig:
+    """The default model, resolved, with the small KV cache a shared machine affords."""
+    return resolve(EngineConfig(kv_cache_gib=kv_cache_gib, max_model_len=max_model_len))
+
+
+def start_replica(
+    config: EngineConfig, name: str, log_dir: Path, core: int | None = None
+) -> Replica:
+    """``vllm serve`` for a resolved config. The CPU build's ``vllm`` console script fails
+    (it looks up the version of a distribution named ``vllm``), so the server module runs.
+    ``core``: the CPU core its engine's threads are bound to (the CPU build binds every engine to
+    core 0 otherwise, so two replicas on one machine would share one core)."""
+    port = free_port()
+    env = dict(os.environ)
+    if core is not None:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = str(core)
+    log = (log_dir / f"{name}.log").open("wb")
+    command = [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        *vllm_serve_args(config, HOST, port),
+        "--disable-uvicorn-access-log",
+    ]
+    process = subprocess.Popen(
+        command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env
+    )
+    return Replica(name, port, process, log)
+
+
+def wait_healthy(url: str, process: subprocess.Popen[Any], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{what} exited with {process.returncode} before it was ready")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{url}/health", timeout=5).status_code == 200:
+                return
+        time.sleep(1.0)
+    raise TimeoutError(f"{what} was not ready within {timeout_s:.0f} s")
+
+
+@dataclass
+class Router:
+    port: int
+    metrics_port: int
+    process: subprocess.Popen[Any]
+    log: IO[bytes]
+
+    @property
+    def url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    def stop(self) -> None:
+        stop_group(self.process, grace_s=10.0)
+        self.log.close()
+
+
+def start_router(worker_urls: Sequence[str], log_dir: Path, policy: str) -> Router:
+    """vllm-router in front of the replicas; health checked every 2 s so a dead replica leaves
+    the hash ring quickly."""
+    port, metrics_port = free_port(), free_port()
+    log = (log_dir / "router.log").open("wb")
+    command = [
+        str(Path(sys.executable).parent / "vllm-router"),
+        "--host",
+        HOST,
+        "--port",
+        str(port),
+        "--worker-urls",
+        *worker_urls,
+        "--policy",
+        policy,
+        "--prometheus-host",
+        HOST,
+        "--prometheus-port",
+        str(metrics_port),
+        "--worker-startup-check-interval",
+        "1",
+        "--health-check-interval-secs",
+        "2",
+        "--health-failure-threshold",
+        "1",
+        "--log-level",
+        "warning",
+    ]
+    process = subprocess.Popen(
+        command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    return Router(port, metrics_port, process, log)
+
+
+@dataclass
+class Fleet:
+    replicas: list[Replica]
+    router: Router
+    config: EngineConfig
+    log_dir: Path
+    stopped: list[str] = field(default_factory=list)
+
+    @property
+    def router_url(self) -> str:
+        return self.router.url
+
+    def counters(self) -> dict[str, dict[str, float]]:
+        """Each live replica's engine counters, by replica name."""
+        return {r.name: r.metrics() for r in self.replicas if r.alive()}
+
+
+@contextlib.contextmanager
+def local_fleet(
+    replicas: int = 2,
+    log_dir: Path | None = None,
+    policy: str = "consistent_hash",
+    kv_cache_gib: float = 1.0,
+    max_model_len: int = 4096,
+    start_timeout_s: float = 600.0,
+) -> Iterator[Fleet]:
+    """Start the replicas (in parallel) and the router; stop all of them on exit."""
+    log_dir = log_dir or Path(os.environ.get("TMPDIR", "/tmp")) / f"reflectrm-fleet-{os.getpid()}"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    config = replica_config(kv_cache_gib, max_model_len)
+    started: list[Replica] = []
+    router: Router | None = None
+    try:
+        cores = os.cpu_count() or 1
+        for i in range(replicas):
+            started.append(start_replica(config, f"replica-{i}", log_dir, core=i % cores))
+        for r in started:
+            wait_healthy(r.url, r.process, start_timeout_s, f"{r.name} (log: {log_dir})")
+        router = start_router([r.url for r in started], log_dir, policy)
+        wait_healthy(router.url, router.process, 120, f"vllm-router (log: {log_dir})")
+        yield Fleet(started, router, config, log_dir)
+    finally:
+        if router is not None:
+            router.stop()
+        for r in started:
+            r.stop()

@@ -1,0 +1,436 @@
+"""A vLLM fleet as the engine: ``vllm serve`` replicas (usually behind a router) reached over
+vLLM's OpenAI-compatible HTTP API. The judging code sees the same Engine as in-process.
+
+What each Engine call becomes (field names checked against vLLM 0.32's entrypoints):
+
+- ``render_chat``: ``POST /tokenize`` with ``messages`` (the fleet applies the model's chat template
+  with the generation prompt, thinking off where the template knows the switch), or a local
+  tokenizer when ``RemoteConfig.tokenizer`` is set.
+- ``generate``: ``POST /v1/completions`` with the prompt as token ids, ``n``, ``temperature``,
+  ``max_tokens``, ``seed``, ``stop`` (kept in the text, as in-process), ``logprobs: 0`` (the sampled
+  token's log-prob at each position, ``choices[i].logprobs.token_logprobs``), ``return_token_ids``
+  and ``structured_outputs: {"regex": ...}`` (the old ``guided_regex`` is silently ignored by
+  vLLM >= 0.12). Cached prompt tokens come from ``usage.prompt_tokens_details.cached_tokens``,
+  which replicas report with ``--enable-prompt-tokens-details``.
+- Every engine request of one judgment carries the judgment's id in ``X-Session-ID``: a
+  consistent-hash router (vllm-router ``--policy consistent_hash``, production-stack
+  ``--routing-logic session``) keeps them on one replica, whose prefix cache then serves the
+  shared prompt parts. ``X-Request-Id`` carries the engine request id into the replica's logs.
+- Cancelling ``generate`` closes its HTTP request; vLLM aborts a request whose client went away.
+- ``check_health``: ``GET /health``.
+
+Failures: an attempt is repeated (with a doubling wait) only where it is safe: the request never
+reached the fleet (connection refused or timed out), its connection was lost before an answer
+(completions have no side effects; a seeded request samples the same again), or the fleet
+answered 408/429/502/503/504. Other answers, read timeouts and cancellation are never repeated.
+When the attempts run out, or the answer is incomplete, the call raises ``EngineError`` (the
+service answers 503): a judgment gets every output it asked for, or fails whole.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from reflectrm.engines.base import (
+    EngineError,
+    FinishReason,
+    Generation,
+    GenerationResult,
+    Prompt,
+    SamplingSpec,
+)
+from reflectrm.engines.chat import render_chat_with
+from reflectrm.engines.config import EngineConfig, RemoteConfig
+from reflectrm.engines.request_ids import judgment_id_of
+from reflectrm.settings import DEFAULT_MODEL
+
+log = logging.getLogger(__name__)
+
+COMPLETIONS = "/v1/completions"
+TOKENIZE = "/tokenize"
+HEALTH = "/health"
+MODELS = "/v1/models"
+SESSION_HEADER = "X-Session-ID"
+REQUEST_ID_HEADER = "X-Request-Id"
+# Statuses that say "not now" rather than "not this request": timeout at a proxy, overload,
+# no healthy replica behind the router, a replica starting or stopping.
+RETRY_STATUSES = frozenset({408, 429, 502, 503, 504})
+# Longest wait a Retry-After header may impose between two attempts.
+MAX_RETRY_AFTER_S = 10.0
+# How often opening the engine asks a fleet that is not ready yet.
+STARTUP_POLL_S = 2.0
+# Thinking off where a template knows the switch; templates without it ignore the variable.
+CHAT_TEMPLATE_KWARGS = {"enable_thinking": False}
+
+
+@dataclass
+class _Failure(Exception):
+    """One failed attempt: why, whether trying again is safe, and how long the fleet asked us
+    to wait."""
+
+    reason: str
+    retryable: bool
+    retry_after_s: float | None = None
+
+
+def _connection_failure(exc: httpx.HTTPError) -> _Failure:
+    if isinstance(exc, httpx.ConnectTimeout | httpx.ConnectError | httpx.PoolTimeout):
+        return _Failure(f"cannot connect ({type(exc).__name__}: {exc})", retryable=True)
+    if isinstance(exc, httpx.TimeoutException):
+        # The fleet may still be working on it: another attempt would double the load.
+        return _Failure(f"no answer in time ({type(exc).__name__})", retryable=False)
+    if isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError | httpx.WriteError):
+        return _Failure(f"connection lost ({type(exc).__name__}: {exc})", retryable=True)
+    return _Failure(f"{type(exc).__name__}: {exc}", retryable=False)
+
+
+def _error_message(response: httpx.Response) -> str:
+    """vLLM's ``{"error": {"message": ...}}``, FastAPI's ``{"detail": ...}``, or the text."""
+    try:
+        data = response.json()
+    except ValueError:
+        return response.text[:300]
+    if isinstance(data, dict):
+        error = data.get("error")
+        if isinstance(error, dict) and error.get("message"):
+            return str(error["message"])[:300]
+        if data.get("detail"):
+            return str(data["detail"])[:300]
+        if isinstance(data.get("message"), str):
+            return str(data["message"])[:300]
+    return response.text[:300]
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    value = response.headers.get("retry-after")
+    try:
+        return min(float(value), MAX_RETRY_AFTER_S) if value else None
+    except ValueError:
+        return None
+
+
+def _json_of(response: httpx.Response) -> dict[str, Any]:
+    """The body of a 200, or the attempt's failure."""
+    if response.status_code != 200:
+        reason = f"answered {response.status_code}: {_error_message(response)}"
+        retryable = response.status_code in RETRY_STATUSES
+        raise _Failure(reason, retryable, _retry_after(response) if retryable else None)
+    try:
+        data = response.json()
+    except ValueError as exc:
+        raise _Failure(f"answered 200 with a body that is not JSON: {exc}", False) from None
+    if not isinstance(data, dict):
+        raise _Failure("answered 200 with a JSON body that is not an object", False)
+    return data
+
+
+class RemoteEngine:
+    """The Engine interface over a vLLM fleet's HTTP API."""
+
+    def __init__(
+        self,
+        config: RemoteConfig,
+        client: httpx.AsyncClient,
+        sync_client: httpx.Client,
+        served_model: str,
+        max_model_len: int,
+        model_name: str | None = None,
+        tokenizer: Any = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self._config = config
+        self._client = client
+        self._sync = sync_client
+        self._served_model = served_model
+        self._max_model_len = max_model_len
+        self._model_name = model_name or served_model
+        self._tokenizer = tokenizer
+        self._sleep = sleep
+
+    @property
+    def model_name(self) -> str:
+        return self._model_name
+
+    @property
+    def max_model_len(self) -> int:
+        return self._max_model_len
+
+    # --- rendering ----------------------------------------------------------------------------
+
+    def render_chat(self, messages: Sequence[dict[str, str]]) -> Prompt:
+        if self._tokenizer is not None:
+            return render_chat_with(self._tokenizer, messages)
+        body = {
+            "model": self._served_model,
+            "messages": [{"role": m["role"], "content": m["content"]} for m in messages],
+            "add_generation_prompt": True,
+            "add_special_tokens": False,
+            "chat_template_kwargs": CHAT_TEMPLATE_KWARGS,
+        }
+        data = self._call_sync(TOKENIZE, body)
+        tokens = data.get("tokens")
+        if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
+            raise EngineError(f"the engine fleet's {TOKENIZE} answered without token ids")
+        # The fleet renders the text itself and returns only its tokens.
+        return Prompt(text="", token_ids=tuple(tokens))
+
+    # --- generation ---------------------------------------------------------------------------
+
+    def completion_body(self, prompt: Prompt, spec: SamplingSpec) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self._served_model,
+            "prompt": list(prompt.token_ids),
+            "n": spec.n,
+            "temperature": spec.temperature,
+            "max_tokens": spec.max_tokens,
+            "logprobs": 0,
+            "return_token_ids": True,
+            "include_stop_str_in_output": True,
+        }
+        if spec.seed is not None:
+            body["seed"] = spec.seed
+        if spec.stop:
+            body["stop"] = list(spec.stop)
+        if spec.regex is not None:
+            body["structured_outputs"] = {"regex": spec.regex}
+        return body
+
+    def headers_for(self, request_id: str) -> dict[str, str]:
+        headers = {REQUEST_ID_HEADER: request_id}
+        if self._config.affinity:
+            headers[SESSION_HEADER] = judgment_id_of(request_id)
+        return headers
+
+    async def generate(
+        self, prompt: Prompt, spec: SamplingSpec, request_id: str
+    ) -> GenerationResult:
+        body = self.completion_body(prompt, spec)
+        data = await self._call(COMPLETIONS, body, self.headers_for(request_id))
+        return parse_completion(data, prompt, spec, request_id)
+
+    async def check_health(self) -> None:
+        try:
+            response = await self._client.get(HEALTH)
+        except httpx.HTTPError as exc:
+            raise EngineError(
+                f"the engine fleet at {self._config.url} is unreachable: "
+                f"{_connection_failure(exc).reason}"
+            ) from exc
+        if response.status_code != 200:
+            raise EngineError(
+                f"the engine fleet at {self._config.url} is not healthy: {HEALTH} answered "
+                f"{response.status_code} {_error_message(response)}".rstrip()
+            )
+
+    # --- attempts -----------------------------------------------------------------------------
+
+    def _delay(self, attempt: int, failure: _Failure) -> float:
+        backoff = self._config.backoff_s * (2**attempt)
+        return max(backoff, failure.retry_after_s or 0.0)
+
+    def _give_up(self, path: str, failure: _Failure, attempts: int) -> EngineError:
+        tries = f" (after {attempts} attempts)" if attempts > 1 else ""
+        return EngineError(
+            f"the engine fleet at {self._config.url} failed {path}: {failure.reason}{tries}"
+        )
+
+    async def _call(self, path: str, body: dict[str, Any], headers: dict[str, str]) -> dict:
+        attempts = self._config.retries + 1
+        for attempt in range(attempts):
+            try:
+                return _json_of(await self._client.post(path, json=body, headers=headers))
+            except httpx.HTTPError as exc:
+                failure = _connection_failure(exc)
+            except _Failure as exc:
+                failure = exc
+            if not failure.retryable or attempt + 1 == attempts:
+                raise self._give_up(path, failure, attempt + 1)
+            delay = self._delay(attempt, failure)
+            log.warning("%s %s: %s; retrying in %.1f s", path, headers, failure.reason, delay)
+            await self._sleep(delay)
+        raise AssertionError("unreachable")
+
+    def _call_sync(self, path: str, body: dict[str, Any]) -> dict:
+        attempts = self._config.retries + 1
+        for attempt in range(attempts):
+            try:
+                return _json_of(self._sync.post(path, json=body))
+            except httpx.HTTPError as exc:
+                failure = _connection_failure(exc)
+            except _Failure as exc:
+                failure = exc
+            if not failure.retryable or attempt + 1 == attempts:
+                raise self._give_up(path, failure, attempt + 1)
+            delay = self._delay(attempt, failure)
+            log.warning("%s: %s; retrying in %.1f s", path, failure.reason, delay)
+            time.sleep(delay)
+        raise AssertionError("unreachable")
+
+
+def parse_completion(
+    data: dict[str, Any], prompt: Prompt, spec: SamplingSpec, request_id: str
+) -> GenerationResult:
+    """A /v1/completions answer as the engine's result; anything short of ``spec.n`` complete
+    outputs with a log-prob per token is an EngineError, never a partial result."""
+
+    def bad(what: str) -> EngineError:
+        return EngineError(f"the engine fleet's answer to {request_id} is incomplete: {what}")
+
+    choices = data.get("choices")
+    if not isinstance(choices, list) or len(choices) != spec.n:
+        count = len(choices) if isinstance(choices, list) else "no"
+        raise bad(f"{count} outputs for n={spec.n}")
+    generations = []
+    for choice in sorted(choices, key=lambda c: int(c.get("index", 0))):
+        logprobs = (choice.get("logprobs") or {}).get("token_logprobs")
+        token_ids = choice.get("token_ids")
+        if not isinstance(logprobs, list) or any(lp is None for lp in logprobs):
+            raise bad("an output without per-token log-probs")
+        if isinstance(token_ids, list) and len(token_ids) != len(logprobs):
+            raise bad(f"{len(token_ids)} token ids but {len(logprobs)} log-probs")
+        reason = choice.get("finish_reason")
+        finish: FinishReason = reason if reason in ("stop", "length") else "abort"
+        generations.append(
+            Generation(
+                text=str(choice.get("text", "")),
+                token_logprobs=tuple(float(lp) for lp in logprobs),
+                finish_reason=finish,
+            )
+        )
+    usage = data.get("usage") or {}
+    details = usage.get("prompt_tokens_details") or {}
+    return GenerationResult(
+        generations=tuple(generations),
+        prompt_tokens=len(prompt.token_ids),
+        cached_prompt_tokens=int(details.get("cached_tokens") or 0),
+    )
+
+
+# --- opening the engine ---------------------------------------------------------------------
+
+
+def _clients(config: RemoteConfig, transport: Any = None) -> tuple[httpx.AsyncClient, httpx.Client]:
+    """The two connection pools: async for generation and health, sync for rendering (which the
+    judging code calls from worker threads). ``transport`` replaces the network in tests."""
+    assert config.url is not None
+    headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
+    timeout = httpx.Timeout(config.timeout_s, connect=config.connect_timeout_s)
+    # No pool limit: concurrency is bounded by the judge's admission (slots x requests each).
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=256)
+    base = config.url.rstrip("/")
+    common: dict[str, Any] = {
+        "base_url": base,
+        "headers": headers,
+        "timeout": timeout,
+        "limits": limits,
+    }
+    if transport is not None:
+        common["transport"] = transport
+    return httpx.AsyncClient(**common), httpx.Client(**common)
+
+
+def choose_model(models: dict[str, Any], wanted: str, url: str) -> tuple[str, int | None]:
+    """The fleet's model the judge asks for (``wanted``, or the only one for 'default'), and its
+    context length if /v1/models reports it (vLLM does; production-stack's router does not)."""
+    cards = [m for m in models.get("data") or [] if isinstance(m, dict) and m.get("id")]
+    names = [str(m["id"]) for m in cards]
+    if wanted == DEFAULT_MODEL:
+        if len(cards) != 1:
+            raise EngineError(
+                f"the engine fleet at {url} serves {names or 'no models'}; name the one to judge "
+                "with (REFLECTRM_MODEL)"
+            )
+        card = cards[0]
+    else:
+        found = [m for m in cards if m["id"] == wanted]
+        if not found:
+            raise EngineError(
+                f"the engine fleet at {url} does not serve {wanted!r}; it serves {names}"
+            )
+        card = found[0]
+    max_len = card.get("max_model_len")
+    return str(card["id"]), max_len if isinstance(max_len, int) and max_len > 0 else None
+
+
+async def _wait_for_fleet(
+    client: httpx.AsyncClient, config: RemoteConfig, wanted: str
+) -> tuple[str, int]:
+    """Poll /health and /v1/models until the fleet answers (a fleet may start after the judge)."""
+    deadline = time.monotonic() + config.startup_timeout_s
+    last = "no answer yet"
+    while True:
+        try:
+            health = await client.get(HEALTH)
+            models = _json_of(await client.get(MODELS)) if health.status_code == 200 else None
+            if models is not None and not models.get("data"):
+                last = f"{MODELS} lists no models yet"
+            elif models is not None:
+                name, max_len = choose_model(models, wanted, str(config.url))
+                if max_len is None:
+                    # /tokenize reports the serving replica's context length.
+                    probe = {"model": name, "prompt": "context length"}
+                    max_len = _json_of(await client.post(TOKENIZE, json=probe)).get("max_model_len")
+                if not isinstance(max_len, int) or max_len <= 0:
+                    raise EngineError(
+                        f"the engine fleet at {config.url} reports no context length for {name}"
+                    )
+                return name, max_len
+            else:
+                last = f"{HEALTH} answered {health.status_code}"
+        except httpx.HTTPError as exc:
+            last = _connection_failure(exc).reason
+        except _Failure as exc:
+            last = f"{MODELS} {exc.reason}"
+        if time.monotonic() >= deadline:
+            raise EngineError(
+                f"the engine fleet at {config.url} was not ready within "
+                f"{config.startup_timeout_s:.0f} s: {last}"
+            )
+        log.info("waiting for the engine fleet at %s: %s", config.url, last)
+        await asyncio.sleep(min(STARTUP_POLL_S, max(0.0, deadline - time.monotonic())))
+
+
+def _local_tokenizer(config: EngineConfig) -> Any:
+    from transformers import AutoTokenizer
+
+    from reflectrm.models import resolve_model
+
+    assert config.remote.tokenizer is not None
+    path = resolve_model(config.remote.tokenizer, config.cache_dir, config.template_version)
+    return AutoTokenizer.from_pretrained(path)
+
+
+@contextlib.asynccontextmanager
+async def remote_engine(config: EngineConfig, transport: Any = None) -> AsyncIterator[RemoteEngine]:
+    """Connect to the fleet, wait until it serves the model, and close the connections on exit."""
+    remote = config.remote
+    if not remote.url:
+        raise EngineError("the remote engine needs the fleet's base URL (REFLECTRM_ENGINE_URL)")
+    client, sync_client = _clients(remote, transport)
+    try:
+        served, max_len = await _wait_for_fleet(client, remote, config.model)
+        tokenizer = None
+        if remote.tokenizer is not None:
+            tokenizer = await asyncio.to_thread(_local_tokenizer, config)
+        engine = RemoteEngine(
+            remote,
+            client,
+            sync_client,
+            served_model=served,
+            max_model_len=min(max_len, config.max_model_len or max_len),
+            model_name=config.served_model_name or served,
+            tokenizer=tokenizer,
+        )
+        log.info("engine fleet at %s serves %s (max_model_len=%d)", remote.url, served, max_len)
+        yield engine
+    finally:
+        await client.aclose()
+        sync_client.close()
