@@ -21,6 +21,7 @@ import json
 import os
 import shutil
 import socket
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -186,14 +187,17 @@ def prometheus_series(url: str, pattern: str) -> list[str]:
 
 
 def test_compose_stack_judges_is_scraped_and_stops_cleanly(docker: Docker, stack: Stack):
+    started = time.monotonic()
     wait_healthy(docker, stack.judge)
+    print(f"judge healthy {time.monotonic() - started:.0f} s after compose up", file=sys.stderr)
 
     # A judgment through the port published on loopback.
     r = httpx.post(f"{stack.judge_url}/v1/judge", json=PAIR, timeout=600)
     assert r.status_code == 200, r.text
     body = r.json()
-    assert body["usage"]["generated_tokens"] > 0 and body["usage"]["engine_requests"] >= 2
-    assert body["winner"] in (1, 2, None)
+    assert body["usage"]["generated_tokens"] > 0 and body["usage"]["engine_requests"] >= 1
+    assert body["winner"] in (1, 2, None) and body["model"]
+    print(f"judgment in {body['latency_ms'] / 1000:.1f} s: {body['outcome']}", file=sys.stderr)
 
     # Unprivileged, with a writable cache volume.
     assert docker("exec", stack.judge, "id", "-u").stdout.strip() == "10001"
@@ -226,7 +230,9 @@ def test_compose_stack_judges_is_scraped_and_stops_cleanly(docker: Docker, stack
     top = docker("top", stack.judge, "-eo", "pid,args").stdout.splitlines()[1:]
     processes = {int(line.split(None, 1)[0]): line.split(None, 1)[1] for line in top}
     assert any("VLLM::EngineCore" in args for args in processes.values()), processes
+    stopping = time.monotonic()
     docker("stop", stack.judge, timeout=120)
+    print(f"docker stop took {time.monotonic() - stopping:.1f} s", file=sys.stderr)
     stopped = state(docker, stack.judge)
     assert stopped["Status"] == "exited"
     assert stopped["ExitCode"] == 0 and not stopped["OOMKilled"], stopped
