@@ -1,5 +1,5 @@
 # The two commands a new user needs: `make serve` and `make test`. Each sets everything up first.
-.PHONY: setup system-deps serve test test-unit lint eval train load up
+.PHONY: setup system-deps serve test test-unit test-docker lint eval train load up
 
 VENV := .venv
 BIN := $(VENV)/bin
@@ -18,6 +18,10 @@ test: setup system-deps
 
 test-unit: setup
 	$(BIN)/python -m pytest tests/unit tests/api
+
+# The images built and run on a real Docker engine (part of `make test` too).
+test-docker: setup system-deps
+	$(BIN)/python -m pytest tests/docker
 
 lint: setup
 	$(BIN)/ruff check service tests scripts loadtests
