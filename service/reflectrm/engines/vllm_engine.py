@@ -35,6 +35,11 @@ def engine_args(config: EngineConfig) -> Any:
     """AsyncEngineArgs for a resolved config, with working defaults for a small CPU machine."""
     from vllm.engine.arg_utils import AsyncEngineArgs
 
+    return AsyncEngineArgs(**engine_kwargs(config))
+
+
+def engine_kwargs(config: EngineConfig) -> dict[str, Any]:
+    """The AsyncEngineArgs fields ``engine_args`` sets (benchmarks start peers with the same)."""
     model_path = config.model
     on_cpu = config.device == "cpu" or (config.device == "auto" and vllm_is_cpu_build())
     dtype = config.dtype
@@ -63,7 +68,7 @@ def engine_args(config: EngineConfig) -> Any:
         kwargs["gpu_memory_utilization"] = config.gpu_memory_utilization
         if config.enable_chunked_prefill is not None:
             kwargs["enable_chunked_prefill"] = config.enable_chunked_prefill
-    return AsyncEngineArgs(**kwargs)
+    return kwargs
 
 
 class VLLMEngine:
