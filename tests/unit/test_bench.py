@@ -4,6 +4,7 @@ replies, the service contender on the app, and the report's arithmetic."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -31,7 +32,7 @@ from loadtests.twostage import (
 )
 from reflectrm.app import create_app
 from reflectrm.engines.base import Prompt, SamplingSpec
-from reflectrm.judging.judge import Judge, JudgeConfig
+from reflectrm.judging.judge import REFLECTION_PRIORITY, Judge, JudgeConfig
 from reflectrm.judging.prompts import RESPONSE_VERDICTS
 from reflectrm.judging.types import JudgeRequest, Message
 from reflectrm.settings import Settings
@@ -91,8 +92,11 @@ async def test_client_judge_reaches_the_services_verdict_with_the_same_requests(
     assert (got.winner, got.scores, got.early_exit) == (2, (0.0, 1.0), False)
     assert (expected.winner, expected.scores) == (got.winner, got.scores)
     # The same prompts with the same sampling, in the same order (reflection orders follow
-    # from the seed alike).
-    assert client_engine.calls == service_engine.calls
+    # from the seed alike); only the service asks for reflections first where the engine
+    # schedules by priority.
+    assert [c[1].priority for c in service_engine.calls] == [0] + [REFLECTION_PRIORITY] * 7
+    unprioritized = [(t, dataclasses.replace(s, priority=0)) for t, s in service_engine.calls]
+    assert client_engine.calls == unprioritized
     assert got.stages[ROLLOUTS].requests == 1 and got.stages[REFLECTIONS].requests == 7
     assert got.usage.generated_tokens == expected.usage.generated_tokens == 15 * 10
     assert got.usage.prompt_tokens == expected.usage.prompt_tokens
