@@ -14,7 +14,7 @@ def shared_prefix(version: str) -> str:
     stage2 = reflection_messages(t, CONV, "Yes, 4.", "No, 5.", "c-one", "c-two")
     assert stage1[0] == stage2[0]  # the same system turn
     a, b = stage1[1]["content"], stage2[1]["content"]
-    n = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    n = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
     return a[:n]
 
 
