@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 
 if __package__ in (None, ""):  # run as a script: make the repo importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -353,10 +354,115 @@ async def _stop(engines: Engines) -> None:
             engines.settings.setdefault("engine_config_lines", {})[proc.log.stem] = line
 
 
+def _cpu_s(proc: psutil.Process) -> float:
+    try:
+        t = proc.cpu_times()
+        return float(t.user + t.system)
+    except psutil.Error:  # gone meanwhile
+        return 0.0
+
+
+class CpuMeter:
+    """CPU seconds (user + system) of each server: its own process ("api") and the processes
+    under it ("engine"); the benchmark's own process is the limit's server and every other
+    contender's client."""
+
+    def __init__(self, servers: Mapping[str, int]) -> None:
+        self.servers = dict(servers)
+
+    def snapshot(self) -> dict[str, dict[str, float]]:
+        me = psutil.Process()
+        started = {pid for pid in self.servers.values() if pid != me.pid}
+        out = {}
+        for name, pid in self.servers.items():
+            try:
+                root = psutil.Process(pid)
+                below = root.children(recursive=True)
+            except psutil.Error:
+                continue
+            if pid == me.pid:  # the limit's engine: this process's children but the servers
+                skip = set(started)
+                for child in below:
+                    if child.pid in started:
+                        skip |= {c.pid for c in child.children(recursive=True)}
+                below = [c for c in below if c.pid not in skip]
+            out[name] = {"api": _cpu_s(root), "engine": sum(_cpu_s(c) for c in below)}
+        out["client"] = {"api": _cpu_s(me), "engine": 0.0}
+        return out
+
+    def spent(
+        self,
+        name: str,
+        before: Mapping[str, Mapping[str, float]],
+        after: Mapping[str, Mapping[str, float]],
+    ) -> dict[str, float] | None:
+        """CPU seconds of ``name``'s server and of its client between two snapshots."""
+        if name not in before or name not in after:
+            return None
+        own = self.servers[name] == os.getpid()
+        client = 0.0 if own else after["client"]["api"] - before["client"]["api"]
+        return {
+            "server_api_s": after[name]["api"] - before[name]["api"],
+            "server_engine_s": after[name]["engine"] - before[name]["engine"],
+            "client_s": client,
+        }
+
+
 def bodies_for(
     indices: Sequence[int], pairs: Pairs, args: argparse.Namespace
 ) -> dict[int, dict[str, Any]]:
     return {i: request_body(i, pairs, ("reflect",), args.max_tokens, args.seed) for i in indices}
+
+
+def _server_pids(args: argparse.Namespace, engines: Engines) -> dict[str, int]:
+    pids = {p.log.stem: p.proc.pid for p in engines.processes}
+    out = {}
+    for name in args.names:
+        kind = kind_of(name, args)
+        if kind == LIMIT:
+            out[name] = os.getpid()
+        elif kind == SERVICE and name in pids:
+            out[name] = pids[name]
+        elif kind in (PEER, NAIVE):
+            out[name] = pids["vllm-serve"]
+    return out
+
+
+async def _measured_block(
+    contender: Contender,
+    bodies: Mapping[int, Mapping[str, Any]],
+    block: Block,
+    bi: int,
+    args: argparse.Namespace,
+    meter: CpuMeter,
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """One contender's share of a block: its records, and the block's row (wall time, CPU)."""
+    name = contender.name
+    before = meter.snapshot()
+    recs, wall = await run_block(
+        contender, bodies, block.concurrency, args.judgment_timeout, f"{name}-b{bi}"
+    )
+    cpu = meter.spent(name, before, meter.snapshot())
+    for r in recs:
+        r.update(contender=name, kind=contender.kind, block=bi, concurrency=block.concurrency)
+    load = os.getloadavg()[0]
+    ok = sum(r["ok"] for r in recs)
+    print(
+        f"c={block.concurrency:<3} round {block.round} {name:<14} {ok}/{len(recs)} "
+        f"in {wall:6.1f} s = {ok / wall:.3f} judgments/s (load {load:.1f})",
+        flush=True,
+    )
+    row = {
+        "contender": name,
+        "concurrency": block.concurrency,
+        "round": block.round,
+        "block": bi,
+        "judgments": len(recs),
+        "wall_s": wall,
+        "load_avg_1m": load,
+        "cpu_s": cpu,
+    }
+    return recs, row
 
 
 async def measure(args: argparse.Namespace, out: Path) -> dict[str, Any]:
@@ -388,38 +494,19 @@ async def measure(args: argparse.Namespace, out: Path) -> dict[str, Any]:
             recs, wall = await run_block(contender, warm, 1, args.judgment_timeout, f"{name}-warm")
             status = "ok" if recs[0]["ok"] else recs[0].get("error")
             print(f"warm-up {name}: {wall:.1f} s, {status}", flush=True)
+        meter = CpuMeter(_server_pids(args, engines))
         with (out / "records.jsonl").open("w") as sink:
             for bi, block in enumerate(blocks):
                 bodies = bodies_for(block.indices, pairs, args)
                 for name in block.order:
-                    contender = engines.contenders[name]
-                    recs, wall = await run_block(
-                        contender, bodies, block.concurrency, args.judgment_timeout, f"{name}-b{bi}"
+                    recs, row = await _measured_block(
+                        engines.contenders[name], bodies, block, bi, args, meter
                     )
                     for r in recs:
-                        r.update(contender=name, kind=contender.kind, block=bi)
-                        r["concurrency"] = block.concurrency
                         sink.write(json.dumps(r) + "\n")
                     sink.flush()
                     records += recs
-                    block_rows.append(
-                        {
-                            "contender": name,
-                            "concurrency": block.concurrency,
-                            "round": block.round,
-                            "block": bi,
-                            "judgments": len(recs),
-                            "wall_s": wall,
-                            "load_avg_1m": os.getloadavg()[0],
-                        }
-                    )
-                    ok = sum(r["ok"] for r in recs)
-                    print(
-                        f"c={block.concurrency:<3} round {block.round} {name:<14} {ok}/{len(recs)} "
-                        f"in {wall:6.1f} s = {ok / wall:.3f} judgments/s "
-                        f"(load {os.getloadavg()[0]:.1f})",
-                        flush=True,
-                    )
+                    block_rows.append(row)
         run_settings = engines.settings
     contenders = [{"name": n, "kind": kind_of(n, args)} for n in args.names]
     summary = bench_report.summarize(records, block_rows, contenders)

@@ -50,9 +50,16 @@ def point_stats(records: Sequence[Mapping[str, Any]], blocks: Sequence[Mapping[s
         for stage, usage in r["stages"].items():
             for k in TOTAL_KEYS:
                 by_stage[stage][k] += int(usage.get(k, 0))
+    cpu = None
+    if blocks and all(b.get("cpu_s") for b in blocks) and ok:
+        keys = ("server_api_s", "server_engine_s", "client_s")
+        cpu = {k: sum(b["cpu_s"][k] for b in blocks) / len(ok) for k in keys}
     return {
         "judgments": len(ok),
         "failed": len(records) - len(ok),
+        # CPU seconds per answered judgment: the server's own process, its engine processes,
+        # and the client (the benchmark's process; zero where it is the server, the limit).
+        "cpu_s_per_judgment": cpu,
         "errors": sorted({str(r.get("error")) for r in records if not r["ok"]}),
         "wall_s": round(wall, 2),
         "judgments_per_s": len(ok) / wall if wall > 0 else None,
@@ -275,6 +282,7 @@ def markdown(summary: Mapping[str, Any], contenders: Sequence[Mapping[str, str]]
         _points_table(summary, names),
         _ratios_table(summary),
         _gains_table(summary),
+        _cpu_table(summary, names),
         _cache_table(summary, names),
         _savings_table(summary),
         _agreement_table(summary),
@@ -326,6 +334,27 @@ def _gains_table(summary: Mapping[str, Any]) -> list[str]:
     for n, g in summary["gains"].items():
         lines.append(f"| {n} | c={g['from']}→{g['to']}: {_f(g['gain'], 2)}× |")
     return lines
+
+
+def _cpu_table(summary: Mapping[str, Any], names: Sequence[str]) -> list[str]:
+    rows = []
+    for c in summary["levels"]:
+        for n in names:
+            p = summary["points"][n].get(str(c))
+            cpu = p and p.get("cpu_s_per_judgment")
+            if cpu:
+                total = sum(cpu.values())
+                rows.append(
+                    f"| {c} | {n} | {cpu['server_api_s']:.2f} | {cpu['server_engine_s']:.2f} "
+                    f"| {cpu['client_s']:.2f} | {total:.2f} |"
+                )
+    if not rows:
+        return []
+    return [
+        "| c | contender | CPU s/judgment: server process | engine processes | client | total |",
+        "|---:|---|---:|---:|---:|---:|",
+        *rows,
+    ]
 
 
 def _cache_table(summary: Mapping[str, Any], names: Sequence[str]) -> list[str]:

@@ -296,7 +296,8 @@ def test_report_throughput_ratios_savings_and_targets(tmp_path: Path):
         (16, {"limit": 4.0, "service": 5.0, "peer": 6.0}),
     ):
         for name, wall in walls.items():
-            blocks.append({"contender": name, "concurrency": c, "wall_s": wall})
+            cpu = {"server_api_s": 1.0, "server_engine_s": 6.0, "client_s": 0.0}
+            blocks.append({"contender": name, "concurrency": c, "wall_s": wall, "cpu_s": cpu})
             for i in range(2):
                 index = c * 10 + i
                 early = i == 0 and name != "peer"
@@ -327,6 +328,11 @@ def test_report_throughput_ratios_savings_and_targets(tmp_path: Path):
     # limit at c=16: one early exit (180 generated) and one full judgment (150): 330 tokens / 4 s
     assert limit16["generated_tokens_per_s"] == (80 + 150) / 4.0
     assert limit16["by_stage"]["reflections"]["cached_share"] == 0.5
+    assert limit16["cpu_s_per_judgment"] == {
+        "server_api_s": 0.5,
+        "server_engine_s": 3.0,
+        "client_s": 0.0,
+    }
     assert s["ratios"]["service"]["service/limit"]["16"] == pytest.approx(0.8)
     assert s["ratios"]["service"]["service/peer"]["1"] == pytest.approx(12 / 10)
     assert s["gains"]["service"]["gain"] == pytest.approx((2 / 5) / (2 / 10))
@@ -344,6 +350,7 @@ def test_report_throughput_ratios_savings_and_targets(tmp_path: Path):
     text = bench_report.markdown(s, contenders)
     assert "| 16 | service | 2 | 0.400 |" in text and "| service/limit | 1.00 | 0.80 |" in text
     assert "no, 0.17 short" in text
+    assert "| 16 | limit | 0.50 | 3.00 | 0.00 | 3.50 |" in text
     bench_report.chart(s, contenders, tmp_path / "chart.png", "test")
     assert (tmp_path / "chart.png").read_bytes()[:4] == b"\x89PNG"
     json.dumps(s)  # the summary is written as JSON
