@@ -73,6 +73,7 @@ SERVICE_FIXED = {
     "REFLECTRM_SWAP_CHECK_FRACTION": "0",  # no background swapped-order judgments
     "REFLECTRM_MAX_TOKENS_LIMIT": "4096",
 }
+PY_SPY_RATE = 50  # samples per second
 SMOKE = {"concurrency": "1,2", "judgments": "2", "rounds": 1, "max_tokens": 16, "kv_cache_gib": 1.0}
 
 
@@ -118,6 +119,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--judgment-timeout", type=float, default=900.0, help="seconds per judgment")
     p.add_argument("--ready-timeout", type=float, default=900.0)
     p.add_argument("--out", help="output folder (default runs/bench/<time>/)")
+    p.add_argument(
+        "--py-spy",
+        action="store_true",
+        help="profile each service the run starts with py-spy while it is measured "
+        "(<name>.pyspy.txt, collapsed stacks, and <name>.pyspy-top.md)",
+    )
     p.add_argument(
         "--smoke",
         action="store_true",
@@ -414,6 +421,48 @@ def bodies_for(
     return {i: request_body(i, pairs, ("reflect",), args.max_tokens, args.seed) for i in indices}
 
 
+def _start_py_spy(
+    args: argparse.Namespace, engines: Engines, out: Path
+) -> list[tuple[subprocess.Popen[bytes], Path]]:
+    spies = []
+    for proc in engines.processes:
+        name = proc.log.stem
+        if name == "vllm-serve":
+            continue
+        raw = out / f"{name}.pyspy.txt"
+        command = [
+            str(Path(sys.executable).with_name("py-spy")),
+            "record",
+            "--pid",
+            str(proc.proc.pid),
+            "--format",
+            "raw",
+            "--nolineno",
+            "--threads",
+            "--rate",
+            str(PY_SPY_RATE),
+            "--nonblocking",
+            "--output",
+            str(raw),
+        ]
+        log = (out / f"{name}.pyspy.log").open("wb")
+        spies.append((subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT), raw))
+    return spies
+
+
+def _stop_py_spy(spy: subprocess.Popen[bytes], raw: Path) -> None:
+    """SIGINT makes py-spy write its samples; then a summary beside them."""
+    spy.send_signal(signal.SIGINT)
+    try:
+        spy.wait(60)
+    except subprocess.TimeoutExpired:
+        spy.kill()
+        spy.wait()
+    if raw.is_file():
+        top = bench_report.pyspy_top(raw.read_text(), PY_SPY_RATE)
+        raw.with_suffix("").with_suffix(".pyspy-top.md").write_text(top)
+
+
 def _server_pids(args: argparse.Namespace, engines: Engines) -> dict[str, int]:
     pids = {p.log.stem: p.proc.pid for p in engines.processes}
     out = {}
@@ -495,6 +544,7 @@ async def measure(args: argparse.Namespace, out: Path) -> dict[str, Any]:
             status = "ok" if recs[0]["ok"] else recs[0].get("error")
             print(f"warm-up {name}: {wall:.1f} s, {status}", flush=True)
         meter = CpuMeter(_server_pids(args, engines))
+        spies = _start_py_spy(args, engines, out) if args.py_spy else []
         with (out / "records.jsonl").open("w") as sink:
             for bi, block in enumerate(blocks):
                 bodies = bodies_for(block.indices, pairs, args)
@@ -507,6 +557,8 @@ async def measure(args: argparse.Namespace, out: Path) -> dict[str, Any]:
                     sink.flush()
                     records += recs
                     block_rows.append(row)
+        for spy, raw in spies:
+            await asyncio.to_thread(_stop_py_spy, spy, raw)
         run_settings = engines.settings
     contenders = [{"name": n, "kind": kind_of(n, args)} for n in args.names]
     summary = bench_report.summarize(records, block_rows, contenders)

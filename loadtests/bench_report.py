@@ -9,7 +9,7 @@ contender running a share of one concurrency point's judgments. Nothing here sta
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -464,3 +464,36 @@ def chart(
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+# --- py-spy -------------------------------------------------------------------------------------
+
+
+def pyspy_top(raw: str, rate: float, n: int = 25) -> str:
+    """A summary of py-spy's raw output (``thread (id);frame;...;frame count`` per line, idle
+    threads left out): each thread's busy time, and the frames that take the most of it, by
+    their own samples and with what they call."""
+    threads: Counter[str] = Counter()
+    own: Counter[str] = Counter()
+    under: Counter[str] = Counter()
+    total = 0
+    for line in raw.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        k = int(count)
+        frames = stack.split(";")
+        total += k
+        threads[frames[0]] += k
+        own[frames[-1]] += k
+        for frame in set(frames[1:]):
+            under[frame] += k
+    lines = [f"{total} busy samples at {rate:g}/s ({total / rate:.1f} s of busy thread time)", ""]
+    lines += ["| thread | busy s | share |", "|---|---:|---:|"]
+    lines += [f"| {t} | {c / rate:.1f} | {c / total:.3f} |" for t, c in threads.most_common(10)]
+    for title, counter in (("own samples", own), ("samples with callees", under)):
+        lines += ["", f"| frame ({title}) | s | share |", "|---|---:|---:|"]
+        lines += [
+            f"| `{f}` | {c / rate:.1f} | {c / total:.3f} |" for f, c in counter.most_common(n)
+        ]
+    return "\n".join(lines) + "\n"

@@ -355,3 +355,16 @@ def test_report_throughput_ratios_savings_and_targets(tmp_path: Path):
     assert (tmp_path / "chart.png").read_bytes()[:4] == b"\x89PNG"
     json.dumps(s)  # the summary is written as JSON
     assert not any(isinstance(v, float) and math.isnan(v) for v in limit16.values())
+
+
+def test_pyspy_summary_counts_busy_time_per_thread_and_frame():
+    raw = (
+        "thread (1): MainThread;run (loop.py);judge (routes.py);render (engine.py) 30\n"
+        "thread (1): MainThread;run (loop.py);encode (json.py) 10\n"
+        "thread (2): worker;tokenize (engine.py) 10\n"
+    )
+    text = bench_report.pyspy_top(raw, rate=10)
+    assert text.startswith("50 busy samples at 10/s (5.0 s of busy thread time)")
+    assert "| thread (1): MainThread | 4.0 | 0.800 |" in text
+    assert "| `render (engine.py)` | 3.0 | 0.600 |" in text  # own samples
+    assert "| `run (loop.py)` | 4.0 | 0.800 |" in text  # with its callees
