@@ -1,5 +1,5 @@
 # The two commands a new user needs: `make serve` and `make test`. Each sets everything up first.
-.PHONY: setup system-deps serve test test-unit test-docker lint eval train load up
+.PHONY: setup system-deps serve test test-unit test-docker lint eval train load bench up
 
 VENV := .venv
 BIN := $(VENV)/bin
@@ -39,6 +39,11 @@ train: setup
 # (4 users, 16 judgments, max_tokens 32), stops the service, prints the summary. ARGS adds options.
 load: setup
 	$(BIN)/python -m loadtests.run --scenario steady --users 4 --requests 16 --max-tokens 32 $(ARGS)
+
+# The benchmark: the engine's limit, the service and vllm serve peers side by side, interleaved
+# (c = 1, 4, 16; about an hour on 2 CPU cores). ARGS="--smoke" for a check in a few minutes.
+bench: setup
+	$(BIN)/python -m loadtests.bench $(ARGS)
 
 up:
 	docker compose up -d

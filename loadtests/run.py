@@ -214,17 +214,22 @@ class Service:
 def start_service(out: Path, scenario: Scenario, args: argparse.Namespace) -> Service:
     """``reflectrm serve`` on a free loopback port. Admission limits given as options win over
     the environment, which wins over the runner's and the scenario's defaults."""
-    port = free_port()
     defaults = {**SERVICE_DEFAULTS, **scenario.service_env}
     settings = {k: os.environ.get(k, v) for k, v in defaults.items()}
     if args.admission_limit is not None:
         settings["REFLECTRM_MAX_CONCURRENT_JUDGMENTS"] = str(args.admission_limit)
     if args.queue_limit is not None:
         settings["REFLECTRM_MAX_QUEUED_JUDGMENTS"] = str(args.queue_limit)
-    settings.update(REFLECTRM_HOST="127.0.0.1", REFLECTRM_PORT=str(port))
+    return launch_service(out / "service.log", settings)
+
+
+def launch_service(log: Path, settings: dict[str, str]) -> Service:
+    """``reflectrm serve`` with these REFLECTRM_* settings over the environment's, on a free
+    loopback port, in its own session, its output in ``log``. Stop it with ``stop_process``."""
+    port = free_port()
+    settings = {**settings, "REFLECTRM_HOST": "127.0.0.1", "REFLECTRM_PORT": str(port)}
     script = Path(sys.executable).with_name("reflectrm")
     command = [str(script)] if script.is_file() else [sys.executable, "-m", "reflectrm.cli"]
-    log = out / "service.log"
     with log.open("wb") as sink:
         proc = subprocess.Popen(
             [*command, "serve"],
@@ -237,8 +242,10 @@ def start_service(out: Path, scenario: Scenario, args: argparse.Namespace) -> Se
     return Service(proc=proc, url=f"http://127.0.0.1:{port}", log=log, settings=settings)
 
 
-def wait_ready(url: str, timeout_s: float, service: Service | None = None) -> float:
-    """Seconds until GET /ready answers 200; RunError past ``timeout_s`` or if the service
+def wait_ready(
+    url: str, timeout_s: float, service: Service | None = None, path: str = "/ready"
+) -> float:
+    """Seconds until GET ``path`` answers 200; RunError past ``timeout_s`` or if the service
     exits."""
     started = time.monotonic()
     last = "no answer"
@@ -249,14 +256,14 @@ def wait_ready(url: str, timeout_s: float, service: Service | None = None) -> fl
                 f"the end of {service.log}:\n{_tail(service.log)}"
             )
         try:
-            r = httpx.get(url.rstrip("/") + "/ready", timeout=5.0)
+            r = httpx.get(url.rstrip("/") + path, timeout=5.0)
             if r.status_code == 200:
                 return time.monotonic() - started
             last = f"{r.status_code} {r.text[:200]}"
         except httpx.HTTPError as exc:
             last = f"{type(exc).__name__}: {exc}"
         time.sleep(1.0)
-    raise RunError(f"{url}/ready did not answer 200 within {timeout_s:g} s (last: {last})")
+    raise RunError(f"{url}{path} did not answer 200 within {timeout_s:g} s (last: {last})")
 
 
 def locust_command(args: argparse.Namespace, scenario: Scenario, url: str, out: Path) -> list[str]:

@@ -28,6 +28,7 @@ def engine_config(settings: Settings) -> EngineConfig:
         enable_chunked_prefill=settings.enable_chunked_prefill,
         enable_prefix_caching=settings.enable_prefix_caching,
         max_num_seqs=settings.max_num_seqs,
+        scheduling_policy=settings.scheduling_policy,
         tensor_parallel_size=settings.tensor_parallel_size,
         remote=RemoteConfig(
             url=settings.engine_url,

@@ -231,6 +231,11 @@ class Settings(BaseSettings):
         True, description="Share the KV cache of the common prompt prefix between requests."
     )
     max_num_seqs: int = Field(64, ge=1, description="Most sequences the engine runs at once.")
+    scheduling_policy: Literal["fcfs", "priority"] = Field(
+        "fcfs",
+        description="The engine's queue order: 'fcfs' (arrival order) or 'priority' (a "
+        "judgment's reflections before other judgments' waiting stage-1 samples).",
+    )
     seeded_sampling: bool = Field(
         True, description="Pass each request's seed to the engine so stage 1 is reproducible."
     )

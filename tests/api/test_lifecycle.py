@@ -24,7 +24,7 @@ from tests.conftest import ScriptedEngine, judgment
 GOOD = {"prompt": "What is 2 + 2?", "responses": ["4", "5"], "mode": "single"}
 
 
-def wait_for(condition: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
     """Bounded wait for something that must happen (not a timing assertion)."""
     deadline = time.monotonic() + timeout
     while not condition():

@@ -21,7 +21,7 @@ def seconds(duration: str) -> float:
 
 
 def test_compose_waits_longer_than_the_drain_and_the_engine_shutdown():
-    compose = yaml.safe_load((ROOT / "deploy" / "compose.yaml").read_text())
+    compose = yaml.safe_load((ROOT / "compose.yaml").read_text())
     stop = seconds(compose["services"]["judge"]["stop_grace_period"])
     grace = Settings(_env_file=ROOT / ".env.example").shutdown_grace_s  # type: ignore[call-arg]
     assert grace == Settings().shutdown_grace_s

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
+from reflectrm.engines.base import Prompt, SamplingSpec
 from reflectrm.engines.vllm_engine import VLLMEngine
 
 
@@ -34,3 +37,27 @@ def test_no_thinking_switch_for_templates_without_it():
     tok = FakeTokenizer("{% for message in messages %}{{ message.content }}{% endfor %}")
     VLLMEngine(None, tok, "smol", 4096).render_chat(MESSAGES)
     assert tok.kwargs == {}
+
+
+class RecordingLLM:
+    """Just enough of AsyncLLM for generate(): records the priority each request was given."""
+
+    errored = False
+
+    def __init__(self) -> None:
+        self.priorities: list[int] = []
+
+    async def generate(self, prompt, params, request_id, priority=0):
+        self.priorities.append(priority)
+        yield SimpleNamespace(outputs=[], num_cached_tokens=0)
+
+
+async def test_priority_reaches_the_engine_only_where_it_schedules_by_priority():
+    spec = SamplingSpec(n=1, max_tokens=4, priority=-1)
+    prompt = Prompt(text="x", token_ids=(1, 2))
+    tok = FakeTokenizer("")
+    for scheduling, expected in ((True, -1), (False, 0)):
+        llm = RecordingLLM()
+        engine = VLLMEngine(llm, tok, "smol", 4096, priority_scheduling=scheduling)
+        result = await engine.generate(prompt, spec, "r")
+        assert llm.priorities == [expected] and result.generations == ()

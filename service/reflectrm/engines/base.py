@@ -36,6 +36,8 @@ class SamplingSpec:
     # A regular expression the output must match (structured outputs), or None.
     regex: str | None = None
     stop: tuple[str, ...] = ()
+    # Lower runs first where the engine schedules by priority; ignored elsewhere.
+    priority: int = 0
 
 
 @dataclass(frozen=True)

@@ -63,6 +63,8 @@ class EngineConfig:
     enable_chunked_prefill: bool | None = None
     enable_prefix_caching: bool = True
     max_num_seqs: int = 64
+    # "priority": requests carry SamplingSpec.priority (lower runs first).
+    scheduling_policy: Literal["fcfs", "priority"] = "fcfs"
     tensor_parallel_size: int = 1
     remote: RemoteConfig = field(default_factory=RemoteConfig)
     # True once ``model`` is the path or hub id the engine loads (see engines.factory.resolve).

@@ -48,6 +48,7 @@ def engine_kwargs(config: EngineConfig) -> dict[str, Any]:
         "max_model_len": config.max_model_len,
         "enable_prefix_caching": config.enable_prefix_caching,
         "max_num_seqs": config.max_num_seqs,
+        "scheduling_policy": config.scheduling_policy,
         "tensor_parallel_size": config.tensor_parallel_size,
         "enforce_eager": on_cpu if config.enforce_eager is None else config.enforce_eager,
         "disable_log_stats": False,
@@ -92,8 +93,16 @@ def vllm_serve_args(config: EngineConfig, host: str, port: int) -> list[str]:
 class VLLMEngine:
     """Adapts ``vllm.v1.engine.async_llm.AsyncLLM`` to the judging code's Engine interface."""
 
-    def __init__(self, llm: Any, tokenizer: Any, model_name: str, max_model_len: int) -> None:
+    def __init__(
+        self,
+        llm: Any,
+        tokenizer: Any,
+        model_name: str,
+        max_model_len: int,
+        priority_scheduling: bool = False,
+    ) -> None:
         self._llm = llm
+        self._priority_scheduling = priority_scheduling
         self._tokenizer = tokenizer
         self._model_name = model_name
         self._max_model_len = max_model_len
@@ -132,7 +141,10 @@ class VLLMEngine:
         final = None
         try:
             async for out in self._llm.generate(
-                TokensPrompt(prompt_token_ids=list(prompt.token_ids)), params, request_id
+                TokensPrompt(prompt_token_ids=list(prompt.token_ids)),
+                params,
+                request_id,
+                priority=spec.priority if self._priority_scheduling else 0,
             ):
                 final = out
         except EngineDeadError as exc:
@@ -187,7 +199,8 @@ async def vllm_engine(config: EngineConfig) -> AsyncIterator[VLLMEngine]:
         tokenizer = llm.get_tokenizer()
         max_len = int(llm.model_config.max_model_len)
         name = config.served_model_name or _name_of(model_path)
-        engine = VLLMEngine(llm, tokenizer, name, max_len)
+        priority = config.scheduling_policy == "priority"
+        engine = VLLMEngine(llm, tokenizer, name, max_len, priority_scheduling=priority)
         warm = engine.render_chat([{"role": "user", "content": "Hello"}])
         await engine.generate(warm, SamplingSpec(n=1, temperature=0.0, max_tokens=1), "warmup")
         log.info(

@@ -40,6 +40,9 @@ from reflectrm.judging.types import (
 VERDICT_RESERVE_TOKENS = 24
 STOP = ("</Result>",)
 REFLECTION_MARGIN_TOKENS = 16
+# Reflections go before waiting stage-1 requests where the engine schedules by priority, so a
+# judgment that has reached stage 2 finishes before new ones take the engine.
+REFLECTION_PRIORITY = -1
 
 
 class PromptTooLongError(ValueError):
@@ -242,6 +245,7 @@ class Judge:
             max_tokens=request.max_tokens,
             regex=self._regex(CRITIQUE_VERDICTS, request.max_tokens),
             stop=STOP,
+            priority=REFLECTION_PRIORITY,
         )
 
         def render(cand: Candidate, pos: int) -> Prompt:

@@ -93,8 +93,64 @@ Critique 1 is better than Critique 2
 Critique 2 is better than Critique 1"""
 
 
+# v2: the v1 wording, laid out so that a reflection prompt begins with its judgment's stage-1
+# prompt (system turn, conversation, both responses) and the engine's prefix cache serves that
+# part from stage 1; what differs between the two tasks comes after it.
+_SHARED_V2 = """\
+# Context
+{context}
+
+# Responses for Judgment
+[Response 1]
+{response_1}
+[End of Response 1]
+
+[Response 2]
+{response_2}
+[End of Response 2]
+"""
+
+_PREFERENCE_V2 = (
+    _SHARED_V2
+    + """
+# Task
+Compare the two responses to the final user turn of the conversation above and decide which one is \
+better: more helpful, correct, honest and harmless, and more faithful to what the user asked.
+
+# Output format
+First write your analysis inside <Analysis></Analysis>. Then write exactly one of these two \
+sentences inside <Result></Result>:
+Response 1 is better than Response 2
+Response 2 is better than Response 1"""
+)
+
+_REFLECTION_V2 = (
+    _SHARED_V2
+    + """
+# Critiques for Judgment
+[Critique 1]
+{critique_1}
+[End of Critique 1]
+
+[Critique 2]
+{critique_2}
+[End of Critique 2]
+
+# Task
+The two critiques above each analyse which of the two responses to the conversation is better. \
+Decide which critique is better: more accurate about the responses, better reasoned, and reaching \
+the right conclusion.
+
+# Output format
+First write your analysis inside <Analysis></Analysis>. Then write exactly one of these two \
+sentences inside <Result></Result>:
+Critique 1 is better than Critique 2
+Critique 2 is better than Critique 1"""
+)
+
 TEMPLATES: dict[str, Template] = {
     "v1": Template("v1", _SYSTEM_V1, _PREFERENCE_V1, _REFLECTION_V1),
+    "v2": Template("v2", _SYSTEM_V1, _PREFERENCE_V2, _REFLECTION_V2),
 }
 
 
