@@ -75,9 +75,14 @@ async def _judge_in_process(body: dict[str, Any], settings: Settings) -> tuple[i
     from reflectrm.runtime import engine_config
 
     async with open_engine(engine_config(settings)) as engine:
-        app = create_app(settings, engine=engine)
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://cli") as client:
+        # In process nothing listens on a port: no API keys (the service's may be in the env).
+        local = settings.model_copy(update={"api_keys": None, "api_key_file": None})
+        app = create_app(local, engine=engine)
+        transport = httpx.ASGITransport(app=app)  # which does not run the app's lifespan:
+        async with (
+            app.router.lifespan_context(app),
+            httpx.AsyncClient(transport=transport, base_url="http://cli") as client,
+        ):
             r = await client.post("/v1/judge", json=body, timeout=None)
             return r.status_code, r.json()
 

@@ -24,12 +24,6 @@ class Served:
         self.server = server
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
-        self.loop: asyncio.AbstractEventLoop | None = None
-
-    def call(self, fn: Any, *args: Any) -> None:
-        """Run ``fn(*args)`` on the server's event loop."""
-        assert self.loop is not None
-        self.loop.call_soon_threadsafe(fn, *args)
 
 
 @contextlib.contextmanager
@@ -44,7 +38,6 @@ def served(
 
     def main() -> None:
         loop = asyncio.new_event_loop()
-        handle.loop = loop
         try:
             loop.run_until_complete(server.serve())
         except BaseException as exc:  # surfaced below

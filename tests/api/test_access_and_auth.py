@@ -218,3 +218,20 @@ def test_every_key_is_compared_in_constant_time_without_early_exit(monkeypatch):
     assert all(len(a) == len(b) == 32 for a, b in calls)  # digests: the length says nothing
     calls.clear()
     assert guard.allowed(b"nope") is False and len(calls) == 3
+
+
+async def test_the_in_process_judge_command_judges_and_needs_no_key(monkeypatch):
+    # `reflectrm judge` without --url serves nobody: the service's keys in the env do not apply.
+    # (It also answered 503 before: the app's lifespan, which hands it the engine, never ran.)
+    import contextlib
+
+    from reflectrm import cli
+
+    @contextlib.asynccontextmanager
+    async def scripted(config):
+        yield ScriptedEngine(stage1=[judgment(2)] * 8)
+
+    monkeypatch.setattr("reflectrm.engines.open_engine", scripted)
+    settings = Settings(api_keys=KEY_A)
+    status, body = await cli._judge_in_process({**GOOD, "mode": "single"}, settings)
+    assert status == 200 and body["winner"] == 2

@@ -27,9 +27,14 @@ PAIR = {
     "prompt": "What is the capital of France?",
     "responses": ["The capital of France is Paris.", "The capital of France is Berlin."],
 }
-# Long enough to be certainly running when the test acts: 8 samples of up to 1024 tokens.
+# Certainly running when the test acts: 8 samples of up to 1024 tokens, then reflections.
 LONG = {**PAIR, "max_tokens": 1024, "seed": 1}
-SHORT = {**PAIR, "mode": "single", "max_tokens": 32, "seed": 2}
+# Certainly longer than the drain's grace period: 8 samples of up to 3072 tokens (the analyses
+# run on towards their bound of about 3,000 characters; the KV cache holds them all, so nothing
+# waits behind them); and certainly within it: 16 tokens, greedy.
+LONGER = {**PAIR, "mode": "vote", "max_tokens": 3072, "seed": 1}
+SHORT = {**PAIR, "mode": "single", "max_tokens": 16, "seed": 2}
+GRACE_S = 40
 
 
 # --- fuzzing against the real engine ------------------------------------------------------------
@@ -214,9 +219,9 @@ def test_engine_killed_mid_load_in_flight_503_ready_503_exit_1_nothing_left(tmp_
 
 
 def test_sigterm_drains_in_flight_finish_or_are_aborted_exit_0_quietly_nothing_left(tmp_path):
-    with serving(tmp_path, SHUTDOWN_GRACE_S="20") as s, ThreadPoolExecutor(4) as pool:
+    with serving(tmp_path, SHUTDOWN_GRACE_S=str(GRACE_S)) as s, ThreadPoolExecutor(4) as pool:
         short = pool.submit(post, s.url, SHORT)
-        long = pool.submit(post, s.url, LONG)
+        long = pool.submit(post, s.url, LONGER)
         wait_for(lambda: s.in_flight() == 2, "two judgments in flight", 120)
         s.note_family()
         s.proc.send_signal(signal.SIGTERM)
