@@ -1,34 +1,25 @@
-"""The app on a scripted engine behind a real uvicorn server on loopback, for tests that call it
-the way clients and trainers do (real HTTP, real connection pools)."""
+"""A scripted engine whose votes follow the responses' content, and the app on it served over
+loopback (tests/api/served.py) for tests that call it the way clients and trainers do."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import re
-import socket
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import uvicorn
-
 from reflectrm.app import create_app
 from reflectrm.engines.base import GenerationResult, Prompt, SamplingSpec
 from reflectrm.settings import Settings
+from tests.api.served import served as served_app
 from tests.conftest import ScriptedEngine, judgment
 
 RESPONSES = re.compile(
     r"\[Response 1\]\n(.*)\n\[End of Response 1\].*\[Response 2\]\n(.*)\n\[End of Response 2\]",
     re.S,
 )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -58,21 +49,5 @@ class PreferenceEngine(ScriptedEngine):
 @contextlib.contextmanager
 def served(engine: ScriptedEngine, **settings: Any) -> Iterator[str]:
     """The app with ``engine`` served on a free loopback port; yields its base URL."""
-    app = create_app(Settings(**settings), engine=engine)
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
-    )
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_until_complete, args=(server.serve(),), daemon=True)
-    thread.start()
-    try:
-        while not server.started:
-            if not thread.is_alive():
-                raise RuntimeError("the test server did not start")
-            threading.Event().wait(0.02)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
-        loop.close()
+    with served_app(create_app(Settings(**settings), engine=engine), lifespan="on") as handle:
+        yield handle.url
