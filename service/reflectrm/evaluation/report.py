@@ -484,9 +484,9 @@ GROUPS_NOTE = (
 SWAP_NOTE = (
     "a mode's swap-debiased row uses the two orders' judgments of each pair already made: their "
     "scores, put in one numbering, are averaged; the higher average wins, a tie is no verdict "
-    "(an order without a verdict counts as 0.5/0.5). The verdict is the same in both orders, so "
-    "its consistency equals its accuracy (no verdict = miss) and it names the first-shown "
-    "response in exactly half of its verdicts; its cost is the two judgments, no extra engine "
+    "(an order without a verdict counts as 0.5/0.5). Its verdict is the same in both orders, so "
+    "it is consistent whenever it is right, and it names the first-shown response in exactly "
+    "half of its verdicts; its cost is the two judgments (per debiased answer), no extra engine "
     "work"
 )
 
@@ -643,7 +643,8 @@ def _generic_markdown(report: Mapping[str, Any], dataset: str) -> str:
             _fmt(cost.get(mode, {}).get("generated_tokens")),
         ]
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", _subset_markdown(report, dataset, modes)]
+    plain = [m for m in modes if not m.endswith(SWAP)]
+    lines += ["", _subset_markdown(report, dataset, plain)]
     return "\n".join(lines)
 
 
@@ -651,7 +652,8 @@ MAX_SUBSETS_SHOWN = 20
 
 
 def _subset_markdown(report: Mapping[str, Any], dataset: str, modes: Sequence[str]) -> str:
-    """Accuracy per subset (the largest ones first), one column per mode."""
+    """Accuracy per subset (the largest ones first), one column per plain mode (every row,
+    swap rows included, is in report.json)."""
     acc = report[ACCURACY]
     counts = report.get("subsets", {}).get(dataset, {})
     if len(counts) < 2:
@@ -669,7 +671,7 @@ def _subset_markdown(report: Mapping[str, Any], dataset: str, modes: Sequence[st
     more = len(counts) - len(shown)
     if more:
         lines.append(f"\n{more} smaller subsets are in report.json.")
-    return "Accuracy per subset:\n\n" + "\n".join(lines)
+    return "Accuracy per subset (plain rows; all rows in report.json):\n\n" + "\n".join(lines)
 
 
 def markdown(report: Mapping[str, Any]) -> str:
