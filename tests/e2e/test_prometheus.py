@@ -166,7 +166,8 @@ def test_metrics_endpoint_shows_the_judge_and_the_engine(service: str, judged: i
 def panel_queries() -> list[tuple[str, str, str]]:
     """(dashboard, panel title, PromQL with Grafana's variables filled in) of every target."""
     queries = []
-    for path in DASHBOARDS:
+    # The fleet dashboard's panels need a fleet (router, replicas): not this single service.
+    for path in (p for p in DASHBOARDS if p.name != "reflectrm-fleet.json"):
         for panel in json.loads(path.read_text())["panels"]:
             for target in panel.get("targets", []):
                 expr = target["expr"]
