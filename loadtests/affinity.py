@@ -3,10 +3,12 @@
 X-Session-ID (affinity on) or not (off: the router then hashes each engine request's own
 X-Request-Id, so a judgment's requests spread over the replicas).
 
-Phases alternate on/off/on/off..., each on its own RewardBench pairs (disjoint, so no phase is
-served from another's cache), with the same concurrency. Per phase: judgments/s, the replicas'
-prefix-cache hit rate (their own vllm:prefix_cache_hits / queries counters), the requests each
-replica finished, and the judgments' own cached-prompt-token share.
+Paired: each round's RewardBench pairs (same seeds) are judged twice, once with affinity and once
+without (the order alternates between rounds), each time from empty prefix caches (the replicas'
+/reset_prefix_cache, a development endpoint enabled here by VLLM_SERVER_DEV_MODE=1), with the
+same concurrency. Per phase: judgments/s, the replicas' prefix-cache hit rate (their own
+vllm:prefix_cache_hits / queries counters), the requests each replica finished, and the
+judgments' own cached-prompt-token share.
 
     flock /tmp/reflectrm-engine.lock .venv/bin/python -m loadtests.affinity \
         --judgments 8 --rounds 2 --concurrency 4 --out runs/affinity.json
@@ -23,6 +25,8 @@ import statistics
 import time
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 from loadtests.fleet import Fleet, local_fleet
 from reflectrm.engines import open_engine
@@ -118,22 +122,32 @@ async def phase(
     }
 
 
+def reset_caches(fleet: Fleet) -> None:
+    for replica in fleet.replicas:
+        answer = httpx.post(f"{replica.url}/reset_prefix_cache", timeout=30)
+        answer.raise_for_status()
+        if not answer.json().get("success"):
+            raise RuntimeError(f"{replica.name} did not reset its prefix cache: {answer.text}")
+
+
 async def measure(args: argparse.Namespace) -> dict[str, Any]:
-    total = args.judgments * args.rounds * 2
-    requests = load_requests(total, args.sample_seed, args.max_chars, args.max_tokens)
+    requests = load_requests(
+        args.judgments * args.rounds + 2, args.sample_seed, args.max_chars, args.max_tokens
+    )
     phases = []
-    with local_fleet(replicas=2, log_dir=Path(args.log_dir)) as fleet:
-        # One warm-up judgment per replica path, so no phase pays the first-request costs.
+    dev = {"VLLM_SERVER_DEV_MODE": "1"}
+    with local_fleet(replicas=2, log_dir=Path(args.log_dir), extra_env=dev) as fleet:
+        # One warm-up pass, so no phase pays the first-request costs.
         await phase(fleet, requests[:2], True, 2, "warmup")
-        chunks = [
-            requests[2 + i * args.judgments : 2 + (i + 1) * args.judgments]
-            for i in range(args.rounds * 2)
-        ]
-        for i, chunk in enumerate(chunks):
-            affinity = i % 2 == 0
-            result = await phase(fleet, chunk, affinity, args.concurrency, f"p{i}")
-            print(json.dumps(result), flush=True)
-            phases.append(result)
+        for r in range(args.rounds):
+            chunk = requests[2 + r * args.judgments : 2 + (r + 1) * args.judgments]
+            for affinity in (True, False) if r % 2 == 0 else (False, True):
+                await asyncio.to_thread(reset_caches, fleet)
+                tag = f"r{r}-{'on' if affinity else 'off'}"
+                result = await phase(fleet, chunk, affinity, args.concurrency, tag)
+                result["round"] = r
+                print(json.dumps(result), flush=True)
+                phases.append(result)
 
     def summary(on: bool) -> dict[str, Any]:
         rows = [p for p in phases if p["affinity"] is on]
@@ -162,7 +176,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--judgments", type=int, default=8, help="judgments per phase")
-    p.add_argument("--rounds", type=int, default=2, help="on/off pairs of phases")
+    p.add_argument("--rounds", type=int, default=2, help="pair sets, each judged on and off")
     p.add_argument("--concurrency", type=int, default=4, help="judgments in flight at once")
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--max-chars", type=int, default=3000, help="longest pair (characters)")

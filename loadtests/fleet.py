@@ -129,14 +129,18 @@ def replica_config(kv_cache_gib: float = 1.0, max_model_len: int = 4096) -> Engi
 
 
 def start_replica(
-    config: EngineConfig, name: str, log_dir: Path, core: int | None = None
+    config: EngineConfig,
+    name: str,
+    log_dir: Path,
+    core: int | None = None,
+    extra_env: dict[str, str] | None = None,
 ) -> Replica:
     """``vllm serve`` for a resolved config. The CPU build's ``vllm`` console script fails
     (it looks up the version of a distribution named ``vllm``), so the server module runs.
     ``core``: the CPU core its engine's threads are bound to (the CPU build binds every engine to
     core 0 otherwise, so two replicas on one machine would share one core)."""
     port = free_port()
-    env = dict(os.environ)
+    env = {**os.environ, **(extra_env or {})}
     if core is not None:
         env["VLLM_CPU_OMP_THREADS_BIND"] = str(core)
     log = (log_dir / f"{name}.log").open("wb")
@@ -240,6 +244,7 @@ def local_fleet(
     kv_cache_gib: float = 1.0,
     max_model_len: int = 4096,
     start_timeout_s: float = 600.0,
+    extra_env: dict[str, str] | None = None,
 ) -> Iterator[Fleet]:
     """Start the replicas (in parallel) and the router; stop all of them on exit."""
     log_dir = log_dir or Path(os.environ.get("TMPDIR", "/tmp")) / f"reflectrm-fleet-{os.getpid()}"
@@ -250,7 +255,9 @@ def local_fleet(
     try:
         cores = os.cpu_count() or 1
         for i in range(replicas):
-            started.append(start_replica(config, f"replica-{i}", log_dir, core=i % cores))
+            started.append(
+                start_replica(config, f"replica-{i}", log_dir, core=i % cores, extra_env=extra_env)
+            )
         for r in started:
             wait_healthy(r.url, r.process, start_timeout_s, f"{r.name} (log: {log_dir})")
         router = start_router([r.url for r in started], log_dir, policy)

@@ -582,3 +582,23 @@ async def test_a_reflect_judgment_keeps_every_engine_request_on_one_routing_key(
     assert ids[-1] == "req42-s1" and all(i.startswith("req42-r") for i in ids[:-1])
     assert result.outcome == "verdict" and len(result.trace.reflections) == 3
     assert json.loads(fleet.completions[0].content)["seed"] == 3
+
+
+def test_replica_flags_are_the_in_process_engines_arguments():
+    from reflectrm.engines.vllm_engine import vllm_serve_args
+
+    config = EngineConfig(
+        model="/m/SmolLM2", device="cpu", kv_cache_gib=1.0, max_model_len=4096, resolved=True
+    )
+    args = vllm_serve_args(config, "127.0.0.1", 8123)
+    assert args[:2] == ["--model", "/m/SmolLM2"]
+    assert (
+        "--served-model-name" in args and args[args.index("--served-model-name") + 1] == "SmolLM2"
+    )
+    assert args[args.index("--dtype") + 1] == "float32"  # the CPU default, as in-process
+    assert args[args.index("--kv-cache-memory-bytes") + 1] == str(1 << 30)
+    assert args[args.index("--max-num-batched-tokens") + 1] == "8192"
+    assert "--no-enable-chunked-prefill" in args and "--enforce-eager" in args
+    assert "--enable-prefix-caching" in args and "--enable-prompt-tokens-details" in args
+    assert args[-4:] == ["--host", "127.0.0.1", "--port", "8123"]
+    assert "--disable-log-stats" not in args and "--no-disable-log-stats" not in args

@@ -15,7 +15,9 @@ class EngineError(RuntimeError):
 
 @dataclass(frozen=True)
 class Prompt:
-    """A prompt rendered through the model's chat template, tokenized once."""
+    """A prompt rendered through the model's chat template, tokenized once. ``text`` is the
+    rendered text where it was rendered locally; empty when a remote fleet rendered it (its
+    /tokenize returns only the token ids, which are what the engine is given)."""
 
     text: str
     token_ids: tuple[int, ...]
