@@ -68,6 +68,11 @@ class Lifecycle:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # EngineError, a hung check, or anything else
+                if self.state.settings.engine == "remote":
+                    # A fleet can come back: /ready and judgments answer 503 meanwhile (the
+                    # remote engine's own errors); only the in-process engine's death is final.
+                    log.warning("the engine fleet failed its health check: %s", _describe(exc))
+                    continue
                 self.engine_failed(f"the engine failed its health check: {_describe(exc)}")
 
     # --- failure ---------------------------------------------------------------------------
