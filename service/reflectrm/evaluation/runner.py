@@ -286,15 +286,18 @@ class EngineBackend:
                 largest[1], f"{request_id}-shared", largest[0].num_candidates
             )
 
-        async def one(unit: Unit, prepared: PreparedJudgment) -> Judgment:
+        async def one(unit: Unit, prepared: PreparedJudgment) -> Outcome:
             rid = f"{request_id}-{unit.mode.name}"
             if samples is not None and unit.sampled:
-                return await self._judge.run_from(prepared.request, samples, rid)
-            return await self._judge.run(prepared, rid)
+                j = await self._judge.run_from(prepared.request, samples, rid)
+            else:
+                j = await self._judge.run(prepared, rid)
+            # From the job's start (shared sampling included) to this unit's own end.
+            return _outcome_of(j, 1000 * (time.perf_counter() - started))
 
-        judgments = await gather_all([one(u, p) for u, p in ready])
-        for (unit, _), j in zip(ready, judgments, strict=True):
-            outcomes[unit.key] = _outcome_of(j, 1000 * (time.perf_counter() - started))
+        judged = await gather_all([one(u, p) for u, p in ready])
+        for (unit, _), outcome in zip(ready, judged, strict=True):
+            outcomes[unit.key] = outcome
         return [(u, outcomes[u.key]) for u in units]
 
     def _prepare(self, units: Sequence[Unit]) -> list[PreparedJudgment | Outcome]:
