@@ -774,7 +774,12 @@ def chart(report: Mapping[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     metrics = [
-        (ACCURACY, "Accuracy (%); Avg leaves out JudgeBench, as the paper's does"),
+        (
+            ACCURACY,
+            "Accuracy (%); Avg leaves out JudgeBench, as the paper's does"
+            if report["benchmarks"]
+            else "Accuracy (%)",
+        ),
         (CONSISTENCY, "Positional consistency: correct in both orders (%)"),
     ]
     modes = list(report["modes"])
