@@ -170,7 +170,7 @@ def family_of(
 def test_a_killed_parent_takes_its_engine_processes_along(started, phase):
     parent = start(started, PARENT, phase, "stay")
     core, worker, unrelated, reaper = family_of(parent)
-    time.sleep(1)  # the reaper polls four times a second: it has seen the worker
+    time.sleep(1)  # the reaper has seen the engine core (and finds its worker through it)
     parent.send_signal(signal.SIGKILL)
     parent.wait(10)
     # Re-parented to init, as vLLM's processes were; then ended by the reaper.
