@@ -355,6 +355,9 @@ def test_a_512_call_burst_waits_in_the_queue_and_is_served_not_refused():
             payload = {"prompt": Q, "responses": [A, B], "mode": "vote"}
             calls = [http.post("/v1/judge", json={**payload, "seed": i}) for i in range(512)]
             responses = await asyncio.gather(*calls)
+        # A fresh connection: a pooled one may have idled past the server's keep-alive (5 s)
+        # during the burst and be closed by it just as it is reused.
+        async with httpx.AsyncClient(base_url=url, timeout=120) as http:
             metrics = (await http.get("/metrics")).text
         assert "reflectrm_queue_wait_seconds_count 512.0" in metrics
         assert 'reflectrm_judgments_total{mode="vote",outcome="verdict"} 512.0' in metrics
