@@ -7,32 +7,19 @@ it: a request, its check_swap twin, or a sampled background swap check.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-from reflectrm.engines.base import Engine, GenerationResult, Prompt, SamplingSpec
+from reflectrm.engines.base import Engine, GenerationResult, Prompt, SamplingSpec, WrappedEngine
 from reflectrm.engines.request_ids import stage_of
 from reflectrm.judging.judge import Judge, JudgeConfig, PreparedJudgment
 from reflectrm.judging.types import Judgment
 from reflectrm.metrics import Metrics
 
 
-class MeteredEngine:
+class MeteredEngine(WrappedEngine):
     """An Engine that records each completed request in the metrics."""
 
     def __init__(self, inner: Engine, metrics: Metrics) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self._metrics = metrics
-
-    @property
-    def model_name(self) -> str:
-        return self.inner.model_name
-
-    @property
-    def max_model_len(self) -> int:
-        return self.inner.max_model_len
-
-    def render_chat(self, messages: Sequence[dict[str, str]]) -> Prompt:
-        return self.inner.render_chat(messages)
 
     async def generate(
         self, prompt: Prompt, spec: SamplingSpec, request_id: str
@@ -40,9 +27,6 @@ class MeteredEngine:
         result = await self.inner.generate(prompt, spec, request_id)
         self._metrics.observe_engine_request(stage_of(request_id), result)
         return result
-
-    async def check_health(self) -> None:
-        await self.inner.check_health()
 
 
 class MeteredJudge(Judge):

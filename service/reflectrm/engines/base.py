@@ -89,3 +89,30 @@ class Engine(Protocol):
     async def check_health(self) -> None:
         """Raise EngineError if the engine cannot answer."""
         ...
+
+
+class WrappedEngine:
+    """An Engine that hands everything to ``inner``; subclasses override ``generate`` to add
+    something around each request (metrics, counting)."""
+
+    def __init__(self, inner: Engine) -> None:
+        self.inner = inner
+
+    @property
+    def model_name(self) -> str:
+        return self.inner.model_name
+
+    @property
+    def max_model_len(self) -> int:
+        return self.inner.max_model_len
+
+    def render_chat(self, messages: Sequence[dict[str, str]]) -> Prompt:
+        return self.inner.render_chat(messages)
+
+    async def generate(
+        self, prompt: Prompt, spec: SamplingSpec, request_id: str
+    ) -> GenerationResult:
+        return await self.inner.generate(prompt, spec, request_id)
+
+    async def check_health(self) -> None:
+        await self.inner.check_health()

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal, Protocol
 
 from reflectrm.aio import gather_all
-from reflectrm.engines.base import Engine, GenerationResult, Prompt, SamplingSpec
+from reflectrm.engines.base import Engine, GenerationResult, Prompt, SamplingSpec, WrappedEngine
 from reflectrm.evaluation.records import Key, Outcome, Record, Writer
 from reflectrm.judging.judge import Judge, PreparedJudgment, PromptTooLongError, Samples
 from reflectrm.judging.types import Ablation, JudgeRequest, Judgment, Mode
@@ -221,23 +221,12 @@ class EngineWork:
         }
 
 
-class CountingEngine:
+class CountingEngine(WrappedEngine):
     """An Engine that counts every request it serves into an ``EngineWork``."""
 
     def __init__(self, inner: Engine, work: EngineWork) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.work = work
-
-    @property
-    def model_name(self) -> str:
-        return self.inner.model_name
-
-    @property
-    def max_model_len(self) -> int:
-        return self.inner.max_model_len
-
-    def render_chat(self, messages: Sequence[dict[str, str]]) -> Prompt:
-        return self.inner.render_chat(messages)
 
     async def generate(
         self, prompt: Prompt, spec: SamplingSpec, request_id: str
@@ -247,9 +236,6 @@ class CountingEngine:
         self.work.prompt_tokens += result.prompt_tokens
         self.work.generated_tokens += result.generated_tokens
         return result
-
-    async def check_health(self) -> None:
-        await self.inner.check_health()
 
 
 class EngineBackend:
