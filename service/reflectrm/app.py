@@ -14,7 +14,7 @@ from reflectrm.api import errors
 from reflectrm.api.access import AccessLog
 from reflectrm.api.auth import ApiKeyAuth, load_keys
 from reflectrm.api.body import BodyLimit
-from reflectrm.api.lifecycle import Lifecycle
+from reflectrm.serving.lifecycle import Lifecycle
 from reflectrm.api.routes import router
 from reflectrm.api.state import ServiceState
 from reflectrm.engines import open_engine

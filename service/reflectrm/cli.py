@@ -23,7 +23,7 @@ def _configure_logging(level: str) -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from reflectrm.api.auth import KeyConfigError
-    from reflectrm.serving import serve
+    from reflectrm.server import serve
 
     overrides: dict[str, Any] = {}
     if args.host:
@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _configure_logging(args.log_level)
     if args.func is cmd_serve:
-        return cmd_serve(args)  # drains on SIGTERM itself (reflectrm.serving)
+        return cmd_serve(args)  # drains on SIGTERM itself (reflectrm.server)
     return run_command(lambda: int(args.func(args)))
 
 

@@ -11,7 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from reflectrm.app import create_app
-from reflectrm.consistency import SwapCheckConfig, SwapChecker
+from reflectrm.serving.swap_checks import SwapCheckConfig, SwapChecker
 from reflectrm.judging.types import JudgeRequest, Judgment, Message, Trace, Usage
 from reflectrm.metrics import Metrics
 from reflectrm.settings import Settings

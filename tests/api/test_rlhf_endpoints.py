@@ -13,7 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from reflectrm.app import create_app
-from reflectrm.judging.rewards import Comparison, comparison_seed
+from reflectrm.judging.groups import Comparison, comparison_seed
 from reflectrm.settings import Settings
 from tests.api.conftest import PreferenceEngine, served
 from tests.conftest import ScriptedEngine, judgment

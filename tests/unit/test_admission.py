@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from reflectrm.api.admission import (
+from reflectrm.serving.admission import (
     DEFAULT_RETRY_AFTER_S,
     Admission,
     ClientGone,

@@ -13,7 +13,7 @@ from reflectrm.judging.debias import (
     unswap_scores,
     winner_of,
 )
-from reflectrm.judging.rewards import (
+from reflectrm.judging.groups import (
     EMPTY_REWARD,
     Comparison,
     aggregate,

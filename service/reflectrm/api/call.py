@@ -16,10 +16,10 @@ from typing import Annotated, Any, TypeVar
 from fastapi import Depends, Request
 
 from reflectrm.api.access import count, note, request_id_of
-from reflectrm.api.admission import until_disconnected
+from reflectrm.serving.admission import until_disconnected
 from reflectrm.api.errors import status_of
 from reflectrm.api.state import JudgeDep, ServiceState, StateDep
-from reflectrm.consistency import swap_result
+from reflectrm.serving.swap_checks import swap_result
 from reflectrm.judging.judge import Judge, consistent
 from reflectrm.judging.types import JudgeRequest, Judgment
 from reflectrm.metrics import outcome_of_status

@@ -10,7 +10,7 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from reflectrm.api.admission import (
+from reflectrm.serving.admission import (
     DEFAULT_RETRY_AFTER_S,
     ClientGone,
     Closed,

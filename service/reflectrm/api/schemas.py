@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from reflectrm.judging.debias import Debias, Debiased, combine
 from reflectrm.judging.judge import unswap_winner
-from reflectrm.judging.rewards import Strategy
+from reflectrm.judging.groups import Strategy
 from reflectrm.judging.types import Ablation, Judgment, Mode, Outcome, Role
 
 # Larger than any model context in characters; bounds the work spent before the 413 check.

@@ -7,8 +7,8 @@ from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request
 
-from reflectrm.api.admission import DEFAULT_RETRY_AFTER_S, Admission
-from reflectrm.consistency import SwapCheckConfig, SwapChecker
+from reflectrm.serving.admission import DEFAULT_RETRY_AFTER_S, Admission
+from reflectrm.serving.swap_checks import SwapCheckConfig, SwapChecker
 from reflectrm.judging.judge import Judge
 from reflectrm.metrics import Metrics
 from reflectrm.settings import Settings

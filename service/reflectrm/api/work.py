@@ -23,7 +23,7 @@ from reflectrm.api.call import Call, Recorder
 from reflectrm.judging import types
 from reflectrm.judging.debias import Debias, Debiased, both_orders, flipped, single_order
 from reflectrm.judging.judge import PromptTooLongError, swapped
-from reflectrm.judging.rewards import (
+from reflectrm.judging.groups import (
     NO_VERDICT_REWARD,
     Comparison,
     CompletionReward,

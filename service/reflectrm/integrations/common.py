@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reflectrm.client import DEFAULT_URL, AsyncClient, Client, Conversation, Rewards
-from reflectrm.judging.rewards import NO_VERDICT_REWARD
+from reflectrm.judging.groups import NO_VERDICT_REWARD
 
 
 def _env_int(name: str) -> int | None:

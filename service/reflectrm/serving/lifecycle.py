@@ -6,7 +6,7 @@
   ``exit_on_engine_failure`` (the default) the process exits with status ``EXIT_ENGINE_FAILURE``
   so that its supervisor (compose, Kubernetes, systemd) starts a fresh one. Restarting an engine
   inside the process is not attempted: a fresh process is the one state known to be clean.
-- ``drain`` (SIGTERM or SIGINT, see ``reflectrm.serving``): ``/ready`` and new judgments get 503
+- ``drain`` (SIGTERM or SIGINT, see ``reflectrm.server``): ``/ready`` and new judgments get 503
   at once, queued ones too; admitted judgments get ``shutdown_grace_s`` to finish and are then
   aborted (503); then the process exits with status 0.
 

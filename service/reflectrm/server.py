@@ -2,7 +2,7 @@
 
 uvicorn alone stops listening on the first SIGTERM (so /ready cannot say 503), waits for
 requests without a bound, and re-raises the signal at the end (the exit status says "killed").
-Here the first SIGTERM or SIGINT drains the service (``api.lifecycle``): it keeps answering,
+Here the first SIGTERM or SIGINT drains the service (``serving.lifecycle``): it keeps answering,
 /ready and new judgments with 503, while judgments in flight get the grace period; then the
 server stops and the process exits 0. A second signal cuts the grace period short; a third
 stops at once. When the engine fails, the lifecycle stops the server with status 1.
@@ -18,7 +18,7 @@ from types import FrameType
 
 import uvicorn
 
-from reflectrm.api.lifecycle import Lifecycle
+from reflectrm.serving.lifecycle import Lifecycle
 from reflectrm.settings import Settings
 
 log = logging.getLogger(__name__)
