@@ -14,14 +14,14 @@ from reflectrm.api import errors
 from reflectrm.api.access import AccessLog
 from reflectrm.api.auth import ApiKeyAuth, load_keys
 from reflectrm.api.body import BodyLimit
-from reflectrm.serving.lifecycle import Lifecycle
 from reflectrm.api.routes import router
-from reflectrm.api.state import ServiceState
 from reflectrm.engines import open_engine
 from reflectrm.engines.base import Engine
 from reflectrm.instrumentation import MeteredJudge
 from reflectrm.models import CheckpointError
 from reflectrm.runtime import engine_config, judge_config
+from reflectrm.serving.lifecycle import Lifecycle
+from reflectrm.serving.service import JudgingService
 from reflectrm.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -42,8 +42,8 @@ def create_app(
     """Build the app. With ``engine`` given (tests) it is used as is; otherwise the factory's
     engine loads in the background so /health answers while /ready waits for it."""
     settings = settings or Settings()
-    state = ServiceState(settings=settings)
-    lifecycle = Lifecycle(state)
+    service = JudgingService(settings)
+    lifecycle = Lifecycle(service)
     keys = load_keys(settings)  # unusable keys stop the start here, never run open
 
     async def load(stack: contextlib.AsyncExitStack) -> None:
@@ -58,16 +58,14 @@ def create_app(
             return
         if lifecycle.draining:
             return  # stopping already: the engine closes with the stack
-        state.judge = MeteredJudge(loaded, judge_config(settings), state.metrics)
-        state.unavailable = None
+        service.serve_with(MeteredJudge(loaded, judge_config(settings), service.metrics))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with contextlib.AsyncExitStack() as stack:
             loader = None
             if engine is not None:
-                state.judge = MeteredJudge(engine, judge_config(settings), state.metrics)
-                state.unavailable = None
+                service.serve_with(MeteredJudge(engine, judge_config(settings), service.metrics))
             else:
                 loader = asyncio.create_task(load(stack))
             lifecycle.start()
@@ -75,8 +73,8 @@ def create_app(
                 yield
             finally:
                 await lifecycle.stop()
-                state.admission.close("the service is shutting down; retry on another replica")
-                await state.swap_checks.close()  # before the engine shuts down
+                # Before the engine shuts down: admit nothing more, stop the background checks.
+                await service.close("the service is shutting down; retry on another replica")
                 if loader is not None and not loader.done():
                     loader.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
@@ -89,7 +87,7 @@ def create_app(
         version="0.1.0",
         lifespan=lifespan,
     )
-    app.state.reflectrm = state
+    app.state.reflectrm = service
     app.state.lifecycle = lifecycle
     app.include_router(router)
     errors.install(app)

@@ -67,19 +67,6 @@ QUEUE_WAIT_BUCKETS_S = (
 # |votes_1 - votes_2| / voters: 0 is a tie (broken by confidence), 1 is unanimous.
 MARGIN_BUCKETS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 
-_HTTP_OUTCOMES = {
-    413: "too_long",
-    422: "invalid",
-    429: "rejected",
-    499: "disconnected",
-    503: "unavailable",
-    504: "timeout",
-}
-
-
-def outcome_of_status(status: int) -> str:
-    return _HTTP_OUTCOMES.get(status, "error")
-
 
 def vote_margin(judgment: Judgment) -> float:
     ones, twos = judgment.votes

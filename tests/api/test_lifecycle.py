@@ -14,9 +14,9 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from reflectrm.serving.lifecycle import EXIT_ENGINE_FAILURE, Lifecycle
 from reflectrm.app import create_app
 from reflectrm.server import DrainingServer
+from reflectrm.serving.lifecycle import EXIT_ENGINE_FAILURE, Lifecycle
 from reflectrm.settings import Settings
 from tests.api.served import served
 from tests.conftest import ScriptedEngine, judgment

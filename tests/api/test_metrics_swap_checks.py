@@ -11,9 +11,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from reflectrm.app import create_app
-from reflectrm.serving.swap_checks import SwapCheckConfig, SwapChecker
 from reflectrm.judging.types import JudgeRequest, Judgment, Message, Trace, Usage
 from reflectrm.metrics import Metrics
+from reflectrm.serving.swap_checks import SwapCheckConfig, SwapChecker
 from reflectrm.settings import Settings
 from tests.api.test_contract import GOOD
 from tests.api.test_metrics import Samples, parse, scrape, value

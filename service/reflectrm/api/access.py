@@ -9,7 +9,7 @@ object on the ``reflectrm.access`` logger::
      "latency_ms": 812.4, "mode": "reflect", "outcome": "verdict", "prompt_tokens": 2235,
      "generated_tokens": 630}
 
-Routes add their own fields through ``note`` (mode, outcome) and ``count`` (tokens). Bodies,
+The judging service adds its own fields (mode, outcome, tokens) to ``log_fields``. Bodies,
 headers and keys are never logged.
 """
 
@@ -44,21 +44,12 @@ def request_id_of(request: Request) -> str:
     return rid if isinstance(rid, str) else new_request_id()
 
 
-def note(request: Request, **fields: Any) -> None:
-    """Add fields (tokens, mode, outcome) to the request's log line."""
+def log_fields(request: Request) -> dict[str, Any]:
+    """The fields of the request's log line, for the route's work to add to (mode, outcome,
+    tokens); a dict of its own when the access middleware is not in front."""
     state = request.scope.get("state")
-    if isinstance(state, dict) and isinstance(state.get(_FIELDS_KEY), dict):
-        state[_FIELDS_KEY].update(fields)
-
-
-def count(request: Request, **amounts: int) -> None:
-    """Add amounts (tokens, engine requests) to the request's log line; several judgments in
-    one request (a batch) add up."""
-    state = request.scope.get("state")
-    if isinstance(state, dict) and isinstance(state.get(_FIELDS_KEY), dict):
-        fields = state[_FIELDS_KEY]
-        for key, amount in amounts.items():
-            fields[key] = fields.get(key, 0) + amount
+    fields = state.get(_FIELDS_KEY) if isinstance(state, dict) else None
+    return fields if isinstance(fields, dict) else {}
 
 
 def _client_id(scope: Scope) -> str | None:

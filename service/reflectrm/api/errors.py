@@ -1,4 +1,5 @@
-"""How failures become HTTP responses: one table, used by the exception handlers and the metrics."""
+"""How failures become HTTP responses: one table from the service's exceptions to statuses, used
+by the exception handlers and for a batch's failed items."""
 
 from __future__ import annotations
 
@@ -10,25 +11,29 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from reflectrm.serving.admission import (
+from reflectrm.api.body import quote
+from reflectrm.engines.base import EngineError
+from reflectrm.judging.judge import PromptTooLongError
+from reflectrm.serving.errors import (
     DEFAULT_RETRY_AFTER_S,
     ClientGone,
     Closed,
     DeadlineExceeded,
+    InvalidRequest,
     Overloaded,
+    Unavailable,
 )
-from reflectrm.api.body import quote
-from reflectrm.engines.base import EngineError
-from reflectrm.judging.judge import PromptTooLongError
 
 # Status 499 (client closed request) is nginx's; nobody reads it, but the logs and metrics do.
 CLIENT_CLOSED = 499
 
 STATUS: dict[type[Exception], int] = {
+    InvalidRequest: 422,
     PromptTooLongError: 413,
     Overloaded: 429,
     ClientGone: CLIENT_CLOSED,
     EngineError: 503,
+    Unavailable: 503,
     Closed: 503,
     DeadlineExceeded: 504,
 }

@@ -1,16 +1,15 @@
-"""The HTTP contract: request, response and error bodies."""
+"""The HTTP contract: request, response and error bodies (``api.convert`` maps them onto the
+service's own types and back)."""
 
 from __future__ import annotations
 
-import math
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from reflectrm.judging.debias import Debias, Debiased, combine
-from reflectrm.judging.judge import unswap_winner
+from reflectrm.judging.debias import Debias
 from reflectrm.judging.groups import Strategy
-from reflectrm.judging.types import Ablation, Judgment, Mode, Outcome, Role
+from reflectrm.judging.types import Ablation, Mode, Outcome, Role
 
 # Larger than any model context in characters; bounds the work spent before the 413 check.
 MAX_TEXT_CHARS = 1_000_000
@@ -125,10 +124,6 @@ class JudgeRequest(Conversation):
         "accepts it only with REFLECTRM_ALLOW_ABLATIONS=true (422 otherwise).",
     )
 
-    @property
-    def two_orders(self) -> bool:
-        return self.check_swap or self.debias == "swap"
-
     @model_validator(mode="after")
     def _ablation_in_reflect_mode(self) -> JudgeRequest:
         if self.ablation != "none" and self.mode != "reflect":
@@ -231,114 +226,6 @@ class JudgeResponse(BaseModel):
 
 class ErrorResponse(BaseModel):
     detail: str
-
-
-def trace_of(j: Judgment) -> JudgmentTrace:
-    t = j.trace
-    return JudgmentTrace(
-        candidates=[
-            CandidateTrace(
-                index=c.index,
-                verdict=c.verdict,
-                parsed=c.verdict is not None,
-                parse_error=c.parse_error,
-                confidence=c.confidence if math.isfinite(c.confidence) else None,
-                num_tokens=c.num_tokens,
-                analysis=c.analysis,
-            )
-            for c in t.candidates
-        ],
-        anchor=t.anchor,
-        reflections=[
-            ReflectionTrace(
-                candidate=r.candidate,
-                order="candidate_first" if r.candidate_position == 1 else "anchor_first",
-                verdict=None
-                if r.verdict is None
-                else ("candidate" if r.verdict == r.candidate_position else "anchor"),
-                beats_anchor=r.beats_anchor,
-                parse_error=r.parse_error,
-                num_tokens=r.num_tokens,
-            )
-            for r in t.reflections
-        ],
-        winner_group=list(t.winner_group),
-        voters=list(t.voters),
-        anchor_added=t.anchor_added,
-    )
-
-
-def _analysis(judgment: Judgment, swap: Judgment | None, winner: int | None) -> str | None:
-    """The analysis of an order whose own winner is the final one (the first order's first)."""
-    if judgment.winner == winner or swap is None:
-        return judgment.analysis
-    return swap.analysis if unswap_winner(swap.winner) == winner else None
-
-
-def usage_of(*usages: Any) -> Usage:
-    total = sum(usages[1:], usages[0])
-    return Usage(
-        prompt_tokens=total.prompt_tokens,
-        generated_tokens=total.generated_tokens,
-        engine_requests=total.engine_requests,
-        cached_prompt_tokens=total.cached_prompt_tokens,
-    )
-
-
-def judge_response(
-    judgment: Judgment,
-    swap: Judgment | None,
-    *,
-    debias: Debias,
-    request_id: str,
-    latency_ms: float,
-    model: str,
-    template_version: str,
-    with_trace: bool,
-) -> JudgeResponse:
-    """The response body of a judgment (and of its swapped-order twin, when one was run). With
-    debias "swap" the answer is the average of both orders; otherwise it is the first order's."""
-    failures = judgment.stage1_parse_failures + judgment.reflection_parse_failures
-    if swap:
-        failures += swap.stage1_parse_failures + swap.reflection_parse_failures
-    both = combine(judgment, swap)
-    if debias == "swap" and swap is not None:
-        winner, scores, outcome = both.winner, both.scores, both.outcome
-        v = swap.votes
-        votes = (judgment.votes[0] + v[1], judgment.votes[1] + v[0])
-        early_exit = judgment.early_exit and swap.early_exit
-    else:
-        winner, scores, outcome = judgment.winner, judgment.scores, judgment.outcome
-        votes, early_exit = judgment.votes, judgment.early_exit
-    return JudgeResponse(
-        winner=winner,
-        scores=scores,
-        outcome=outcome,
-        mode=judgment.mode,
-        debias=debias,
-        analysis=_analysis(judgment, swap, winner),
-        votes=votes,
-        early_exit=early_exit,
-        consistent=both.consistent,
-        swapped_winner=both.order_winners[1] if swap else None,
-        orders=_orders(both) if swap else None,
-        parse_failures=failures,
-        usage=usage_of(judgment.usage, *([swap.usage] if swap else [])),
-        latency_ms=latency_ms,
-        model=model,
-        template_version=template_version,
-        request_id=request_id,
-        seed=judgment.seed,
-        trace=trace_of(judgment) if with_trace else None,
-        swapped_trace=trace_of(swap) if (swap and with_trace) else None,
-    )
-
-
-def _orders(both: Debiased) -> list[JudgeOrder]:
-    return [
-        JudgeOrder(first=first, winner=w, scores=sc)
-        for first, w, sc in zip((1, 2), both.order_winners, both.order_scores, strict=True)
-    ]
 
 
 # --- batch judging ---------------------------------------------------------------------------

@@ -21,35 +21,21 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 from reflectrm.aio import Interrupted, run_until
+from reflectrm.serving.errors import (
+    DEFAULT_RETRY_AFTER_S,
+    ClientGone,
+    Closed,
+    DeadlineExceeded,
+    Overloaded,
+)
 
 T = TypeVar("T")
 
-# Retry-After bounds (seconds) and the value used before any judgment has completed.
+# Retry-After bounds (seconds); before any judgment has completed it is DEFAULT_RETRY_AFTER_S.
 MIN_RETRY_AFTER_S = 1
 MAX_RETRY_AFTER_S = 120
-DEFAULT_RETRY_AFTER_S = 5
 # Completions remembered for the service-rate estimate.
 RATE_WINDOW = 64
-
-
-class Overloaded(Exception):
-    """No slot within the queue's bounds; retry after ``retry_after_s`` seconds."""
-
-    def __init__(self, detail: str, retry_after_s: int) -> None:
-        super().__init__(detail)
-        self.retry_after_s = retry_after_s
-
-
-class Closed(Exception):
-    """Admission is closed (the service is stopping, or its engine failed); retry elsewhere."""
-
-
-class DeadlineExceeded(Exception):
-    """The admitted work did not finish within its deadline; it was cancelled."""
-
-
-class ClientGone(Exception):
-    """The client disconnected; its work was cancelled."""
 
 
 class Admission:

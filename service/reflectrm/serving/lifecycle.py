@@ -20,7 +20,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 
-from reflectrm.api.state import ServiceState
+from reflectrm.serving.service import JudgingService
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +32,8 @@ ABORT_SETTLE_S = 5.0
 
 
 class Lifecycle:
-    def __init__(self, state: ServiceState) -> None:
-        self.state = state
+    def __init__(self, service: JudgingService) -> None:
+        self.service = service
         self.exit_code: int | None = None
         self.on_exit: Callable[[int], None] | None = None
         self.failed: str | None = None
@@ -56,10 +56,10 @@ class Lifecycle:
                     await task
 
     async def _watch(self) -> None:
-        interval = self.state.settings.engine_check_interval_s
+        interval = self.service.settings.engine_check_interval_s
         while self.failed is None:
             await asyncio.sleep(interval)
-            judge = self.state.judge
+            judge = self.service.judge
             if judge is None:
                 continue  # loading, or no longer serving
             try:
@@ -68,7 +68,7 @@ class Lifecycle:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # EngineError, a hung check, or anything else
-                if self.state.settings.engine == "remote":
+                if self.service.settings.engine == "remote":
                     # A fleet can come back: /ready and judgments answer 503 meanwhile (the
                     # remote engine's own errors); only the in-process engine's death is final.
                     log.warning("the engine fleet failed its health check: %s", _describe(exc))
@@ -83,10 +83,9 @@ class Lifecycle:
         if self.failed is not None:
             return
         self.failed = reason
-        self.state.judge = None
-        self.state.unavailable = reason
-        aborted = self.state.admission.abort(reason)
-        exiting = self.state.settings.exit_on_engine_failure
+        self.service.stop_serving(reason)
+        aborted = self.service.admission.abort(reason)
+        exiting = self.service.settings.exit_on_engine_failure
         log.error(
             "%s; %d judgment(s) in flight ended with 503; %s",
             reason,
@@ -112,22 +111,21 @@ class Lifecycle:
 
     async def drain(self) -> None:
         self.draining = True
-        state = self.state
-        grace = state.settings.shutdown_grace_s
-        state.judge = None
-        state.unavailable = STOPPING
-        state.admission.close(STOPPING)
+        service = self.service
+        grace = service.settings.shutdown_grace_s
+        service.stop_serving(STOPPING)
+        service.admission.close(STOPPING)
         log.info(
             "draining: /ready and new judgments answer 503; %d judgment(s) in flight get up "
             "to %g s (REFLECTRM_SHUTDOWN_GRACE_S)",
-            state.admission.in_flight,
+            service.admission.in_flight,
             grace,
         )
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(grace):
-                await self._until(lambda: state.admission.in_flight == 0 or self._force.is_set())
-        if state.admission.in_flight:
-            aborted = state.admission.abort(
+                await self._until(lambda: service.admission.in_flight == 0 or self._force.is_set())
+        if service.admission.in_flight:
+            aborted = service.admission.abort(
                 f"{STOPPING} (the judgment did not finish within the grace period, "
                 "REFLECTRM_SHUTDOWN_GRACE_S)"
             )
@@ -155,7 +153,7 @@ class Lifecycle:
         """Give aborted judgments a moment to send their answers."""
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(ABORT_SETTLE_S):
-                await self._until(lambda: self.state.admission.in_flight == 0)
+                await self._until(lambda: self.service.admission.in_flight == 0)
 
     @staticmethod
     async def _until(condition: Callable[[], bool], poll_s: float = 0.05) -> None:

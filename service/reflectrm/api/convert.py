@@ -1,0 +1,311 @@
+"""Between the HTTP contract (``api.schemas``) and the judging service's own types: request
+bodies into asks, results into response bodies. Field mapping only; the arithmetic is in
+``judging`` and the defaults and limits in the service."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from pydantic import ValidationError
+
+from reflectrm.api import schemas
+from reflectrm.api.errors import status_of
+from reflectrm.judging import types
+from reflectrm.judging.groups import NO_VERDICT_REWARD, Comparison
+from reflectrm.serving.errors import InvalidRequest
+from reflectrm.serving.types import (
+    BatchResult,
+    Envelope,
+    FailedItem,
+    GroupAsk,
+    GroupResult,
+    Judged,
+    PairAsk,
+    PairResult,
+    SampleAsk,
+    SampleOptions,
+)
+
+# --- requests --------------------------------------------------------------------------------
+
+
+def messages_of(body: schemas.Conversation) -> tuple[types.Message, ...]:
+    if body.messages is not None:
+        return tuple(types.Message(m.role, m.content) for m in body.messages)
+    assert body.prompt is not None  # the schema requires one of the two
+    return (types.Message("user", body.prompt),)
+
+
+def pair_ask(body: schemas.JudgeRequest) -> PairAsk:
+    return PairAsk(
+        conversation=messages_of(body),
+        responses=(body.responses[0], body.responses[1]),
+        mode=body.mode,
+        debias=body.debias,
+        check_swap=body.check_swap,
+        num_candidates=body.num_candidates,
+        seed=body.seed,
+        max_tokens=body.max_tokens,
+        ablation=body.ablation,
+        with_trace=body.return_trace,
+    )
+
+
+def batch_mode(body: schemas.BatchRequest) -> str:
+    """The mode a batch is counted under: its defaults' mode, else the default mode."""
+    return body.defaults.mode if body.defaults and body.defaults.mode else "reflect"
+
+
+def _item_body(
+    raw: dict[str, object], defaults: schemas.BatchDefaults | None
+) -> schemas.JudgeRequest:
+    """An item completed by the defaults (an item's conversation replaces the default one)."""
+    merged: dict[str, object] = {}
+    if defaults is not None:
+        merged = defaults.model_dump(exclude_none=True)
+        if "prompt" in raw or "messages" in raw:
+            merged.pop("prompt", None)
+            merged.pop("messages", None)
+    merged.update(raw)
+    return schemas.JudgeRequest.model_validate(merged)
+
+
+def _validation_detail(exc: ValidationError) -> str:
+    parts = []
+    for error in exc.errors(include_url=False):
+        where = ".".join(str(p) for p in error["loc"])
+        parts.append(f"{where}: {error['msg']}" if where else error["msg"])
+    return "; ".join(parts)
+
+
+def batch_items(body: schemas.BatchRequest) -> list[PairAsk | FailedItem]:
+    """Each item as an ask, or, when it does not validate, as a failed item (422) whose error
+    says what to fix; the other items are judged."""
+    defaults, mode = body.defaults, batch_mode(body)
+    items: list[PairAsk | FailedItem] = []
+    for raw in body.items:
+        try:
+            items.append(pair_ask(_item_body(raw, defaults)))
+        except ValidationError as exc:
+            items.append(
+                FailedItem(str(raw.get("mode") or mode), InvalidRequest(_validation_detail(exc)))
+            )
+    return items
+
+
+def group_ask(body: schemas.RewardsRequest) -> GroupAsk:
+    return GroupAsk(
+        conversation=messages_of(body),
+        completions=tuple(body.completions),
+        strategy=body.resolved_strategy,
+        reference=body.reference,
+        pivot=body.pivot,
+        mode=body.mode,
+        debias=body.debias,
+        num_candidates=body.num_candidates,
+        max_tokens=body.max_tokens,
+        seed=body.seed,
+    )
+
+
+def sample_asks(body: schemas.OpenRLHFRequest) -> list[SampleAsk]:
+    return [
+        SampleAsk(query=q, prompt=p, label=label)
+        for q, p, label in zip(body.query, body.prompts, body.labels, strict=True)
+    ]
+
+
+def sample_options(options: schemas.OpenRLHFOptions) -> SampleOptions:
+    return SampleOptions(
+        mode=options.mode,
+        debias=options.debias,
+        num_candidates=options.num_candidates,
+        max_tokens=options.max_tokens,
+        seed=options.seed,
+    )
+
+
+# --- responses -------------------------------------------------------------------------------
+
+
+def _envelope(e: Envelope) -> dict[str, Any]:
+    """The fields every judging response carries besides its result."""
+    return {
+        "latency_ms": e.latency_ms,
+        "model": e.model,
+        "template_version": e.template_version,
+        "request_id": e.request_id,
+    }
+
+
+def usage_of(*usages: types.Usage) -> schemas.Usage:
+    total = sum(usages, types.Usage())
+    return schemas.Usage(
+        prompt_tokens=total.prompt_tokens,
+        generated_tokens=total.generated_tokens,
+        engine_requests=total.engine_requests,
+        cached_prompt_tokens=total.cached_prompt_tokens,
+    )
+
+
+def trace_of(j: types.Judgment) -> schemas.JudgmentTrace:
+    t = j.trace
+    return schemas.JudgmentTrace(
+        candidates=[
+            schemas.CandidateTrace(
+                index=c.index,
+                verdict=c.verdict,
+                parsed=c.verdict is not None,
+                parse_error=c.parse_error,
+                confidence=c.confidence if math.isfinite(c.confidence) else None,
+                num_tokens=c.num_tokens,
+                analysis=c.analysis,
+            )
+            for c in t.candidates
+        ],
+        anchor=t.anchor,
+        reflections=[
+            schemas.ReflectionTrace(
+                candidate=r.candidate,
+                order="candidate_first" if r.candidate_position == 1 else "anchor_first",
+                verdict=None
+                if r.verdict is None
+                else ("candidate" if r.verdict == r.candidate_position else "anchor"),
+                beats_anchor=r.beats_anchor,
+                parse_error=r.parse_error,
+                num_tokens=r.num_tokens,
+            )
+            for r in t.reflections
+        ],
+        winner_group=list(t.winner_group),
+        voters=list(t.voters),
+        anchor_added=t.anchor_added,
+    )
+
+
+def judge_response(result: PairResult) -> schemas.JudgeResponse:
+    a, swap, with_trace = result.answer, result.swap, result.ask.with_trace
+    return schemas.JudgeResponse(
+        winner=a.winner,
+        scores=a.scores,
+        outcome=a.outcome,
+        mode=a.mode,
+        debias=a.debias,
+        analysis=a.analysis,
+        votes=a.votes,
+        early_exit=a.early_exit,
+        consistent=a.consistent,
+        swapped_winner=a.swapped_winner,
+        orders=[
+            schemas.JudgeOrder(first=first, winner=w, scores=sc)
+            for first, (w, sc) in zip((1, 2), a.orders, strict=True)
+        ]
+        if swap
+        else None,
+        parse_failures=a.parse_failures,
+        usage=usage_of(a.usage),
+        seed=a.seed,
+        trace=trace_of(result.judgment) if with_trace else None,
+        swapped_trace=trace_of(swap) if (swap and with_trace) else None,
+        **_envelope(result.envelope),
+    )
+
+
+def batch_response(result: BatchResult) -> schemas.BatchResponse:
+    """A failed item gets the status a single call would have got (the error table's)."""
+    items = []
+    for index, item in enumerate(result.items):
+        if isinstance(item, PairResult):
+            items.append(schemas.BatchItem(index=index, status=200, result=judge_response(item)))
+        else:
+            status = status_of(item.error)
+            items.append(schemas.BatchItem(index=index, status=status, detail=str(item.error)))
+    return schemas.BatchResponse(
+        results=items,
+        judged=result.judged,
+        failed=len(result.items) - result.judged,
+        usage=usage_of(result.usage),
+        **_envelope(result.envelope),
+    )
+
+
+def _side(side: int | None) -> schemas.Side:
+    return "reference" if side is None else side
+
+
+def _winner(comp: Comparison, winner: int | None) -> schemas.Side | None:
+    if winner is None:
+        return None
+    return comp.a if winner == 1 else _side(comp.b)
+
+
+def comparison_result(j: Judged) -> schemas.ComparisonResult:
+    comp, answer = j.comparison, j.answer
+    orders = [
+        schemas.ComparisonOrder(first=_side(first), winner=_winner(comp, w), scores=sc)
+        for first, w, sc in zip(j.firsts, answer.order_winners, answer.order_scores, strict=True)
+    ]
+    return schemas.ComparisonResult(
+        pair=(comp.a, _side(comp.b)),
+        scores=answer.scores,
+        winner=_winner(comp, answer.winner),
+        outcome=answer.outcome,
+        consistent=answer.consistent,
+        orders=orders,
+        seed=comp.seed,
+        usage=usage_of(*(x.usage for x in j.judgments)),
+    )
+
+
+def rewards_response(result: GroupResult) -> schemas.RewardsResponse:
+    spec = result.spec
+    return schemas.RewardsResponse(
+        rewards=[r.reward for r in result.rewards],
+        strategy=spec.strategy,
+        debias=spec.debias,
+        mode=spec.mode,
+        pivot=result.pivot,
+        completions=[
+            schemas.CompletionResult(
+                index=r.index,
+                reward=r.reward,
+                wins=r.wins,
+                losses=r.losses,
+                ties=r.ties,
+                no_verdict=r.no_verdict,
+                empty=r.empty,
+            )
+            for r in result.rewards
+        ],
+        comparisons=[comparison_result(j) for j in result.judged],
+        judgments=result.judgments,
+        usage=usage_of(result.usage),
+        seed=spec.seed,
+        **_envelope(result.envelope),
+    )
+
+
+def openrlhf_response(results: list[GroupResult]) -> schemas.OpenRLHFResponse:
+    rewards: list[float] = []
+    logs: dict[str, list[float]] = {
+        "judge_reward_first_order": [],
+        "judge_reward_second_order": [],
+        "judge_consistent": [],
+        "judge_no_verdict": [],
+        "judge_generated_tokens": [],
+    }
+    for result in results:
+        reward = result.rewards[0].reward
+        number = NO_VERDICT_REWARD if reward is None else reward
+        rewards.append(number)
+        orders = result.judged[0].answer.order_scores if result.judged else ()
+        # One order (debias none) or none (an empty response): the reward stands for the rest.
+        per_order = [s[0] for s in orders] + [number] * (2 - len(orders))
+        logs["judge_reward_first_order"].append(per_order[0])
+        logs["judge_reward_second_order"].append(per_order[1])
+        consistent = result.judged[0].answer.consistent if result.judged else None
+        logs["judge_consistent"].append(1.0 if consistent else 0.0)
+        logs["judge_no_verdict"].append(1.0 if reward is None else 0.0)
+        logs["judge_generated_tokens"].append(float(result.usage.generated_tokens))
+    return schemas.OpenRLHFResponse(rewards=rewards, scores=rewards, extra_logs=logs)

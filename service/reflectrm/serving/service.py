@@ -1,0 +1,440 @@
+"""The judging service: one object between the HTTP edge and the judge, written once around any
+call (TGI's ``Infer``). It holds the judge (once the engine is up), admission, the metrics and the
+background swap checks, and offers the operations the routes need: a pair, a batch of pairs, a
+group of completions, per-sample rewards. Each applies the server's defaults and limits, runs its
+judgments admitted (a slot each, under the deadline), is cancelled when its caller goes away, and
+is counted in the metrics and the call's log line. It raises the service's own exceptions
+(``serving.errors``) and knows nothing of HTTP.
+
+Admission: every judgment takes its own slot, so a batch or a group that needs N judgments queues
+as N judgments in the same first-come-first-served queue as single calls (a group's wait is
+bounded like theirs), and no judgment holds a slot while waiting for another, so a large group
+cannot deadlock the service. A batch's or group's judgments are submitted together, so the
+engine batches them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+from collections.abc import Coroutine, Iterator, Sequence
+from typing import Any, TypeVar
+
+from reflectrm.aio import gather_all
+from reflectrm.judging.answers import answer_pair
+from reflectrm.judging.debias import both_orders, flipped, single_order
+from reflectrm.judging.groups import Comparison, aggregate, plan
+from reflectrm.judging.judge import Judge, PromptTooLongError, consistent, swapped
+from reflectrm.judging.types import JudgeRequest, Judgment, Message
+from reflectrm.metrics import Metrics
+from reflectrm.serving.admission import Admission, until_disconnected
+from reflectrm.serving.context import CallContext
+from reflectrm.serving.errors import InvalidRequest, Unavailable, outcome_of
+from reflectrm.serving.swap_checks import SwapCheckConfig, SwapChecker, swap_result
+from reflectrm.serving.types import (
+    BatchResult,
+    Envelope,
+    FailedItem,
+    GroupAsk,
+    GroupResult,
+    GroupSpec,
+    Judged,
+    PairAsk,
+    PairResult,
+    SampleAsk,
+    SampleOptions,
+)
+from reflectrm.settings import Settings
+
+T = TypeVar("T")
+
+LOADING = "the engine is loading; retry when GET /ready answers 200"
+
+
+def new_seed() -> int:
+    return secrets.randbelow(2**31)
+
+
+def _swap_check_config(s: Settings) -> SwapCheckConfig:
+    return SwapCheckConfig(
+        fraction=s.swap_check_fraction,
+        max_pending=s.swap_check_max_pending,
+        concurrency=s.swap_check_concurrency,
+        busy_in_flight=s.swap_check_busy_in_flight,
+        timeout_s=s.request_timeout_s,
+    )
+
+
+class JudgingService:
+    def __init__(self, settings: Settings, metrics: Metrics | None = None) -> None:
+        self.settings = settings
+        self.metrics = metrics or Metrics()
+        self.judge: Judge | None = None
+        # Why the service is not judging (the engine is loading, failed, or the service is
+        # stopping); None while it serves.
+        self.unavailable: str | None = LOADING
+        s = settings
+        self.admission = Admission(
+            s.max_concurrent_judgments, s.max_queued_judgments, s.queue_timeout_s
+        )
+        self.admission.on_wait = self.metrics.observe_queue_wait
+        self.metrics.track_admission(
+            lambda: self.admission.in_flight, lambda: self.admission.queued
+        )
+        self.swap_checks = SwapChecker(
+            _swap_check_config(settings), self.metrics, live_load=self.live_load
+        )
+
+    # --- state ------------------------------------------------------------------------------
+
+    def serve_with(self, judge: Judge) -> None:
+        self.judge = judge
+        self.unavailable = None
+
+    def stop_serving(self, reason: str) -> None:
+        self.judge = None
+        self.unavailable = reason
+
+    def live_load(self) -> int:
+        """Live judgments running or waiting for a slot."""
+        return self.admission.in_flight + self.admission.queued
+
+    def require_judge(self) -> Judge:
+        if self.judge is None:
+            raise Unavailable(self.unavailable or "the engine is not ready")
+        return self.judge
+
+    async def check_ready(self) -> str:
+        """The model's name once the engine answers; Unavailable or EngineError otherwise."""
+        judge = self.require_judge()
+        await judge.engine.check_health()
+        return judge.engine.model_name
+
+    async def close(self, reason: str) -> None:
+        """Admit nothing more and stop the background checks (before the engine shuts down)."""
+        self.admission.close(reason)
+        await self.swap_checks.close()
+
+    # --- the operations ---------------------------------------------------------------------
+
+    async def judge_pair(self, ask: PairAsk, call: CallContext) -> PairResult:
+        """One pair, in one order or both (debias swap, check_swap)."""
+        judge = self.require_judge()
+        with self._observed(call, ask.mode):
+            request = self._pair_request(ask)
+            result = await self._cancellable(call, self._pair(judge, call, ask, request, ""))
+            self._record_pair(call, result)
+        self._offer_swap_check(judge, result)
+        return result
+
+    async def judge_batch(
+        self, items: Sequence[PairAsk | FailedItem], mode: str, call: CallContext
+    ) -> BatchResult:
+        """Many pairs at once. What is wrong with an item itself (invalid, over a limit, too
+        long) becomes its own FailedItem; what is wrong with the service (overload, no engine,
+        the deadline, a disconnect) fails the whole batch."""
+        judge = self.require_judge()
+        with self._observed(call, mode):
+            self._check_count(
+                "items", len(items), self.settings.max_batch_items, "REFLECTRM_MAX_BATCH_ITEMS"
+            )
+            work = [self._batch_item(judge, call, k, item) for k, item in enumerate(items)]
+            done = await self._cancellable(call, gather_all(work))
+            result = BatchResult(tuple(done), self._envelope(judge, call, call.request_id))
+            outcomes = [
+                (d.ask.mode, d.answer.outcome)
+                if isinstance(d, PairResult)
+                else (d.mode, outcome_of(d.error))
+                for d in done
+            ]
+            self._record_many(call, mode, "batch", outcomes, result.usage.generated_tokens)
+        return result
+
+    async def group_rewards(self, ask: GroupAsk, call: CallContext) -> GroupResult:
+        """One reward per completion of a group, by the ask's strategy."""
+        judge = self.require_judge()
+        with self._observed(call, ask.mode):
+            spec = self._group_spec(ask)
+            result = await self._cancellable(call, self._group(judge, call, spec))
+            self._record_many(
+                call,
+                ask.mode,
+                spec.strategy,
+                self._group_outcomes(result),
+                result.usage.generated_tokens,
+            )
+        return result
+
+    async def sample_rewards(
+        self, samples: Sequence[SampleAsk], options: SampleOptions, call: CallContext
+    ) -> list[GroupResult]:
+        """Per-sample rewards (OpenRLHF): each sample's response, the query after its prompt, is
+        judged against its label as a reference-strategy group of one."""
+        judge = self.require_judge()
+        with self._observed(call, options.mode):
+            specs = self._sample_specs(samples, options)
+            groups = [self._group(judge, call, spec, f"-q{k}") for k, spec in enumerate(specs)]
+            results = await self._cancellable(call, gather_all(groups))
+            outcomes = [o for r in results for o in self._group_outcomes(r)]
+            tokens = sum(r.usage.generated_tokens for r in results)
+            self._record_many(call, options.mode, "get_reward", outcomes, tokens)
+        return results
+
+    # --- defaults and limits ------------------------------------------------------------------
+
+    def _max_tokens(self, requested: int | None) -> int:
+        s = self.settings
+        max_tokens = requested or s.max_tokens
+        if max_tokens > s.max_tokens_limit:
+            raise InvalidRequest(
+                f"max_tokens is {max_tokens}; this server allows at most "
+                f"{s.max_tokens_limit} (REFLECTRM_MAX_TOKENS_LIMIT)"
+            )
+        return max_tokens
+
+    @staticmethod
+    def _check_count(what: str, count: int, limit: int, setting: str) -> None:
+        if count > limit:
+            raise InvalidRequest(f"{count} {what}; this server allows at most {limit} ({setting})")
+
+    def _pair_request(self, ask: PairAsk) -> JudgeRequest:
+        if ask.ablation != "none" and not self.settings.allow_ablations:
+            raise InvalidRequest(
+                f"ablation {ask.ablation!r} is for evaluation and this server does not "
+                "allow it; start it with REFLECTRM_ALLOW_ABLATIONS=true"
+            )
+        return JudgeRequest(
+            conversation=ask.conversation,
+            responses=ask.responses,
+            mode=ask.mode,
+            num_candidates=ask.num_candidates or self.settings.num_candidates,
+            seed=new_seed() if ask.seed is None else ask.seed,
+            max_tokens=self._max_tokens(ask.max_tokens),
+            ablation=ask.ablation,
+        )
+
+    def _group_spec(self, ask: GroupAsk) -> GroupSpec:
+        self._check_count(
+            "completions",
+            len(ask.completions),
+            self.settings.max_group_size,
+            "REFLECTRM_MAX_GROUP_SIZE",
+        )
+        return GroupSpec(
+            conversation=ask.conversation,
+            completions=ask.completions,
+            reference=ask.reference,
+            strategy=ask.strategy,
+            pivot=ask.pivot,
+            mode=ask.mode,
+            debias=ask.debias,
+            num_candidates=ask.num_candidates or self.settings.num_candidates,
+            max_tokens=self._max_tokens(ask.max_tokens),
+            seed=new_seed() if ask.seed is None else ask.seed,
+        )
+
+    def _sample_specs(
+        self, samples: Sequence[SampleAsk], options: SampleOptions
+    ) -> list[GroupSpec]:
+        self._check_count(
+            "samples", len(samples), self.settings.max_batch_items, "REFLECTRM_MAX_BATCH_ITEMS"
+        )
+        specs = []
+        for k, sample in enumerate(samples):
+            prompt, label = sample.prompt, sample.label
+            if not sample.query.startswith(prompt):
+                raise InvalidRequest(
+                    f"sample {k}: `query` does not start with its `prompts` entry, so the "
+                    "response cannot be told apart; send query = prompt + response"
+                )
+            if not prompt.strip():
+                raise InvalidRequest(f"sample {k}: the prompt is empty")
+            if label is None or not label.strip():
+                raise InvalidRequest(
+                    f"sample {k}: no label; each sample is judged against its label as the "
+                    "reference answer (OpenRLHF: --data.label_key naming a reference-answer field)"
+                )
+            ask = GroupAsk(
+                conversation=(Message("user", prompt),),
+                completions=(sample.query[len(prompt) :],),
+                strategy="reference",
+                reference=label,
+                mode=options.mode,
+                debias=options.debias,
+                num_candidates=options.num_candidates,
+                max_tokens=options.max_tokens,
+                seed=options.seed,
+            )
+            specs.append(self._group_spec(ask))
+        return specs
+
+    # --- running judgments ------------------------------------------------------------------
+
+    async def _cancellable(self, call: CallContext, work: Coroutine[Any, Any, T]) -> T:
+        """Run a call's work; a caller that goes away has it cancelled (ClientGone)."""
+        return await until_disconnected(work, call.is_disconnected)
+
+    async def _judgment(
+        self, judge: Judge, call: CallContext, request: JudgeRequest, suffix: str
+    ) -> Judgment:
+        """One judgment, admitted: it waits for a slot and runs under the deadline."""
+        work = judge.judge(request, call.engine_id + suffix)
+        return await self.admission.admitted(work, self.settings.request_timeout_s)
+
+    async def _orders(
+        self,
+        judge: Judge,
+        call: CallContext,
+        request: JudgeRequest,
+        two_orders: bool,
+        suffix: str,
+    ) -> tuple[Judgment, Judgment | None]:
+        """The judgment, and with ``two_orders`` the swapped-order one beside it (concurrently)."""
+        if not two_orders:
+            return await self._judgment(judge, call, request, suffix), None
+        first, second = await gather_all(
+            [
+                self._judgment(judge, call, request, suffix),
+                self._judgment(judge, call, swapped(request), suffix + "-swap"),
+            ]
+        )
+        return first, second
+
+    async def _pair(
+        self, judge: Judge, call: CallContext, ask: PairAsk, request: JudgeRequest, suffix: str
+    ) -> PairResult:
+        judgment, swap = await self._orders(judge, call, request, ask.two_orders, suffix)
+        answer = answer_pair(judgment, swap, ask.debias)
+        envelope = self._envelope(judge, call, call.request_id + suffix)
+        return PairResult(ask, request, judgment, swap, answer, envelope)
+
+    async def _batch_item(
+        self, judge: Judge, call: CallContext, index: int, item: PairAsk | FailedItem
+    ) -> PairResult | FailedItem:
+        if isinstance(item, FailedItem):
+            return item
+        suffix = f"-i{index}"
+        try:
+            request = self._pair_request(item)
+            result = await self._pair(judge, call, item, request, suffix)
+        except (InvalidRequest, PromptTooLongError) as exc:
+            return FailedItem(item.mode, exc)
+        self._offer_swap_check(judge, result)
+        return result
+
+    async def _group(
+        self, judge: Judge, call: CallContext, spec: GroupSpec, suffix: str = ""
+    ) -> GroupResult:
+        """Every comparison of the group's strategy, concurrently, then one reward each."""
+        comparisons, pivot = plan(spec.strategy, spec.completions, spec.seed, spec.pivot)
+        judged = await gather_all(
+            [
+                self._comparison(judge, call, spec, c, f"{suffix}-c{k}")
+                for k, c in enumerate(comparisons)
+            ]
+        )
+        rewards = aggregate(spec.completions, [(j.comparison, j.answer) for j in judged])
+        for j in judged:
+            if len(j.judgments) == 2:  # both orders ran: a positional-consistency sample
+                self._count_swap(*j.judgments)
+        return GroupResult(
+            spec, pivot, rewards, judged, self._envelope(judge, call, call.request_id)
+        )
+
+    async def _comparison(
+        self, judge: Judge, call: CallContext, spec: GroupSpec, comp: Comparison, suffix: str
+    ) -> Judged:
+        text_a = spec.completions[comp.a]
+        text_b = spec.reference if comp.b is None else spec.completions[comp.b]
+        assert text_b is not None  # strategy reference always has a reference
+
+        def request(first: str, second: str) -> JudgeRequest:
+            return JudgeRequest(
+                conversation=spec.conversation,
+                responses=(first, second),
+                mode=spec.mode,
+                num_candidates=spec.num_candidates,
+                seed=comp.seed,
+                max_tokens=spec.max_tokens,
+            )
+
+        try:
+            if spec.debias == "swap":
+                j, s = await self._orders(judge, call, request(text_a, text_b), True, suffix)
+                assert s is not None
+                return Judged(comp, both_orders(j, s), (comp.a, comp.b), (j, s))
+            if comp.a_first:
+                j, _ = await self._orders(judge, call, request(text_a, text_b), False, suffix)
+                return Judged(comp, single_order(j), (comp.a,), (j,))
+            j, _ = await self._orders(judge, call, request(text_b, text_a), False, suffix)
+            return Judged(comp, flipped(single_order(j)), (comp.b,), (j,))
+        except PromptTooLongError as exc:
+            against = "the reference" if comp.b is None else f"completion {comp.b}"
+            what = f"the judging prompt of completion {comp.a} against {against}"
+            raise PromptTooLongError(exc.needed, exc.limit, what) from None
+
+    # --- accounting ---------------------------------------------------------------------------
+
+    def _envelope(self, judge: Judge, call: CallContext, request_id: str) -> Envelope:
+        return Envelope(
+            request_id=request_id,
+            latency_ms=call.latency_ms,
+            model=judge.engine.model_name,
+            template_version=judge.template.version,
+        )
+
+    @contextlib.contextmanager
+    def _observed(self, call: CallContext, mode: str) -> Iterator[None]:
+        """A failure is counted once, under the outcome it will be answered with."""
+        try:
+            yield
+        except BaseException as exc:
+            outcome = outcome_of(exc)
+            self.metrics.observe_request(mode, outcome)
+            call.note(mode=mode, outcome=outcome)
+            raise
+
+    def _offer_swap_check(self, judge: Judge, result: PairResult) -> None:
+        """A pair answered in one order may be judged again, swapped, in the background."""
+        if result.swap is None and result.request.ablation == "none":  # ablations: not traffic
+            self.swap_checks.offer(
+                judge, result.request, result.judgment, result.envelope.request_id
+            )
+
+    def _count_swap(self, judgment: Judgment, swap: Judgment) -> None:
+        self.metrics.observe_swap_check("requested", swap_result(consistent(judgment, swap)))
+
+    def _record_pair(self, call: CallContext, result: PairResult) -> None:
+        """One pair: its judgment, the swapped-order one if it ran, and the answer's outcome."""
+        mode, outcome = result.ask.mode, result.answer.outcome
+        if result.swap is not None:
+            self._count_swap(result.judgment, result.swap)
+        self.metrics.observe_request(mode, outcome, call.seconds)
+        usage = result.answer.usage
+        call.note(mode=mode, outcome=outcome)
+        call.note(winner=result.judgment.winner)
+        call.count(
+            engine_requests=usage.engine_requests,
+            prompt_tokens=usage.prompt_tokens,
+            generated_tokens=usage.generated_tokens,
+        )
+
+    def _record_many(
+        self,
+        call: CallContext,
+        mode: str,
+        what: str,
+        outcomes: Sequence[tuple[str, str]],
+        generated_tokens: int,
+    ) -> None:
+        """Several pairs answered in one call (a batch, a group): each is counted as a pair
+        judgment by (mode, outcome), the outcome an answer's or an item's error's."""
+        seconds = call.seconds
+        for pair_mode, outcome in outcomes:
+            self.metrics.observe_request(pair_mode, outcome, seconds)
+        call.note(mode=mode, pairs=len(outcomes), what=what)
+        call.count(generated_tokens=generated_tokens)
+
+    @staticmethod
+    def _group_outcomes(result: GroupResult) -> list[tuple[str, str]]:
+        return [(result.spec.mode, j.answer.outcome) for j in result.judged]

@@ -1,0 +1,172 @@
+"""What the service is asked (a pair, a batch item, a group, per-sample rewards) and what it
+answers, as plain data. ``None`` in an ask means "the server's default"."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from reflectrm.judging.answers import PairAnswer
+from reflectrm.judging.debias import Debias, Debiased
+from reflectrm.judging.groups import Comparison, CompletionReward, Strategy
+from reflectrm.judging.types import Ablation, JudgeRequest, Judgment, Message, Mode, Usage
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """What every answer carries besides its result."""
+
+    request_id: str
+    latency_ms: float
+    model: str
+    template_version: str
+
+
+# --- a pair ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PairAsk:
+    conversation: tuple[Message, ...]
+    responses: tuple[str, str]
+    mode: Mode = "reflect"
+    debias: Debias = "none"
+    # Also judge the swapped order and report agreement; the answer stays the first order's.
+    check_swap: bool = False
+    num_candidates: int | None = None
+    seed: int | None = None
+    max_tokens: int | None = None
+    ablation: Ablation = "none"
+    # The caller wants every candidate and reflection back (the service keeps them anyway).
+    with_trace: bool = False
+
+    @property
+    def two_orders(self) -> bool:
+        return self.check_swap or self.debias == "swap"
+
+
+@dataclass(frozen=True)
+class PairResult:
+    ask: PairAsk
+    request: JudgeRequest  # the ask with the server's defaults applied
+    judgment: Judgment
+    swap: Judgment | None  # the swapped order's judgment, when both orders ran
+    answer: PairAnswer
+    envelope: Envelope
+
+
+# --- a batch of pairs ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FailedItem:
+    """A batch item that failed on its own content (it did not validate, is over a limit, or is
+    too long for the model): its mode for the metrics and the error it is answered with. The
+    other items are judged."""
+
+    mode: str
+    error: Exception
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    items: tuple[PairResult | FailedItem, ...]  # one per item, in order
+    envelope: Envelope
+
+    @property
+    def judgments(self) -> tuple[Judgment, ...]:
+        return tuple(
+            j
+            for item in self.items
+            if isinstance(item, PairResult)
+            for j in (item.judgment, *([item.swap] if item.swap else []))
+        )
+
+    @property
+    def usage(self) -> Usage:
+        return sum((j.usage for j in self.judgments), Usage())
+
+    @property
+    def judged(self) -> int:
+        return sum(isinstance(item, PairResult) for item in self.items)
+
+
+# --- a group of completions ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GroupAsk:
+    conversation: tuple[Message, ...]
+    completions: tuple[str, ...]
+    strategy: Strategy
+    reference: str | None = None
+    pivot: int | None = None
+    mode: Mode = "reflect"
+    debias: Debias = "swap"
+    num_candidates: int | None = None
+    max_tokens: int | None = None
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    """A group's judging settings, after the server's defaults."""
+
+    conversation: tuple[Message, ...]
+    completions: tuple[str, ...]
+    reference: str | None
+    strategy: Strategy
+    pivot: int | None
+    mode: Mode
+    debias: Debias
+    num_candidates: int
+    max_tokens: int
+    seed: int
+
+
+@dataclass(frozen=True)
+class Judged:
+    """One comparison of a group, judged: its answer in (a, b) numbering and its runs."""
+
+    comparison: Comparison
+    answer: Debiased
+    firsts: tuple[int | None, ...]  # per order, the side shown first (None: the reference)
+    judgments: tuple[Judgment, ...]
+
+
+@dataclass(frozen=True)
+class GroupResult:
+    spec: GroupSpec
+    pivot: int | None
+    rewards: list[CompletionReward]
+    judged: list[Judged]
+    envelope: Envelope
+
+    @property
+    def usage(self) -> Usage:
+        return sum((j.usage for c in self.judged for j in c.judgments), Usage())
+
+    @property
+    def judgments(self) -> int:
+        return sum(len(j.judgments) for j in self.judged)
+
+
+# --- per-sample rewards (OpenRLHF's remote reward model) ------------------------------------
+
+
+@dataclass(frozen=True)
+class SampleAsk:
+    """One sample of a per-sample reward call: the query is the prompt followed by the
+    response, as the trainer decoded it; the label is the reference answer."""
+
+    query: str
+    prompt: str
+    label: str | None
+
+
+@dataclass(frozen=True)
+class SampleOptions:
+    mode: Mode = "reflect"
+    debias: Debias = "swap"
+    num_candidates: int | None = None
+    max_tokens: int | None = None
+    seed: int | None = None
