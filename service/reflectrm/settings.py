@@ -1,31 +1,26 @@
 """Every setting of the service, in one class. Environment variables carry the REFLECTRM_ prefix.
 
-A leaf: imports nothing of the project. ``reflectrm.runtime`` maps it onto the engine's and the
-judge's own configs.
+Imports only the default model's name and cache folder (models.py). ``reflectrm.runtime`` maps
+it onto the engine's and the judge's own configs.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-# The embedded SmolLM2-135M-Instruct, prepared on first use (see models.py).
-DEFAULT_MODEL = "default"
+from reflectrm.models import DEFAULT_MODEL, default_cache_dir
+
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "DEFAULT_MODEL", "Settings", "default_cache_dir"]
 
 # The largest legitimate request is a context's worth of text: 131,072 tokens (the longest
 # context of common judge backbones) at up to 16 bytes of JSON per token (a non-ASCII character
 # sent as a \uXXXX escape is 6 bytes and such text has 1-2 characters per token; ASCII text
 # averages about 4), so 2 MiB; twice that for headroom. docs/reliability.md has the arithmetic.
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
-
-
-def default_cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "reflectrm"
 
 
 class Settings(BaseSettings):
