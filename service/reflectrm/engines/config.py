@@ -1,8 +1,9 @@
 """What it takes to open an engine: the model and the engine's own knobs, nothing of the service.
 
-The service's ``Settings`` map onto it (``reflectrm.runtime.engine_config``), and so can a script
-or a test that opens an engine without the HTTP service. Imports only leaves: the default model's
-name and cache folder (models.py) and the prompt template's version.
+The defaults here are the service's defaults: ``Settings`` takes each one from these classes and
+builds them (``Settings.engine_config()``). A script or a test that opens an engine without the
+HTTP service constructs them directly. Imports only leaves: the default model's name and cache
+(models.py) and the prompt template's version.
 """
 
 from __future__ import annotations
