@@ -1,13 +1,12 @@
-"""From the service's settings to what the engine and the judge are configured with: now the
-``Settings`` methods (``engine_config()``, ``judge_config()``) and ``get_settings()``, which these
-names call.
-"""
+"""Transitional: ``reflectrm.app`` still imports these two names. Use the ``Settings`` methods
+(``settings.engine_config()``, ``settings.judge_config()``) instead; this module goes once the app
+no longer imports it."""
 
 from __future__ import annotations
 
 from reflectrm.engines.config import EngineConfig
 from reflectrm.judging.config import JudgeConfig
-from reflectrm.settings import Settings, get_settings
+from reflectrm.settings import Settings
 
 
 def engine_config(settings: Settings) -> EngineConfig:
@@ -16,8 +15,3 @@ def engine_config(settings: Settings) -> EngineConfig:
 
 def judge_config(settings: Settings) -> JudgeConfig:
     return settings.judge_config()
-
-
-def settings_for(model: str | None = None) -> Settings:
-    """Settings from the environment, with the model a command's --model names, if any."""
-    return get_settings(model=model or None)
