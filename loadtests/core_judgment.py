@@ -20,8 +20,7 @@ from reflectrm.engines import open_engine
 from reflectrm.judging.judge import Judge, JudgeConfig
 from reflectrm.judging.types import JudgeRequest
 from reflectrm.pairs import read_pairs
-from reflectrm.runtime import engine_config
-from reflectrm.settings import Settings
+from reflectrm.settings import Settings, get_settings
 
 DATA = (
     Path(__file__).resolve().parents[2] / "shared" / "data" / "benchmarks" / "rewardbench.jsonl.gz"
@@ -109,10 +108,10 @@ async def timed(engine, pairs, settings: Settings) -> dict:
 
 
 async def main(args: argparse.Namespace) -> None:
-    settings = Settings(early_exit=args.early_exit)
+    settings = get_settings(early_exit=args.early_exit)
     pairs = load_pairs(args.pairs, args.sample_seed)
     report: dict = {"pairs": args.pairs, "sample_seed": args.sample_seed}
-    async with open_engine(engine_config(settings)) as engine:
+    async with open_engine(settings.engine_config()) as engine:
         report["parse"] = [
             await parse_rate(engine, pairs, enforce, args.parse_max_tokens)
             for enforce in (True, False)

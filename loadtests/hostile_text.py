@@ -25,8 +25,7 @@ from reflectrm.engines import open_engine
 from reflectrm.judging import prompts
 from reflectrm.judging.judge import Judge, JudgeConfig
 from reflectrm.judging.types import JudgeRequest, Judgment, Message
-from reflectrm.runtime import engine_config
-from reflectrm.settings import Settings
+from reflectrm.settings import get_settings
 
 DATA = (
     Path(__file__).resolve().parents[2] / "shared" / "data" / "benchmarks" / "rewardbench.jsonl.gz"
@@ -63,10 +62,10 @@ def votes_for(judgment: Judgment, position: int) -> tuple[int, int]:
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    settings = Settings(kv_cache_gib=2.0, max_model_len=4096)
+    settings = get_settings(kv_cache_gib=2.0, max_model_len=4096)
     pairs = load_pairs(args.pairs)
     started = time.monotonic()
-    async with open_engine(engine_config(settings)) as engine:
+    async with open_engine(settings.engine_config()) as engine:
         judge = Judge(engine, JudgeConfig())
         gate = asyncio.Semaphore(args.concurrency)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from reflectrm.interrupts import run_command
-from reflectrm.settings import Settings
+from reflectrm.settings import Settings, get_settings
 
 
 def _configure_logging(level: str) -> None:
@@ -32,7 +32,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         overrides["port"] = args.port
     if args.model:
         overrides["model"] = args.model
-    settings = Settings(**overrides)
+    settings = get_settings(**overrides)
     try:
         return serve(settings, args.log_level)
     except KeyConfigError as exc:
@@ -43,7 +43,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_prepare_model(args: argparse.Namespace) -> int:
     from reflectrm.models import prepare_default_model, validate_checkpoint
 
-    settings = Settings()
+    settings = get_settings()
     cache = Path(args.cache_dir) if args.cache_dir else settings.cache_dir
     path = prepare_default_model(cache, say=lambda m: print(m, file=sys.stderr))
     validate_checkpoint(path, settings.template_version)
@@ -72,9 +72,8 @@ async def _judge_in_process(body: dict[str, Any], settings: Settings) -> tuple[i
 
     from reflectrm.app import create_app
     from reflectrm.engines import open_engine
-    from reflectrm.runtime import engine_config
 
-    async with open_engine(engine_config(settings)) as engine:
+    async with open_engine(settings.engine_config()) as engine:
         # In process nothing listens on a port: no API keys (the service's may be in the env).
         local = settings.model_copy(update={"api_keys": None, "api_key_file": None})
         app = create_app(local, engine=engine)
@@ -95,8 +94,8 @@ def cmd_judge(args: argparse.Namespace) -> int:
         r = httpx.post(args.url.rstrip("/") + "/v1/judge", json=body, timeout=None)
         status, payload = r.status_code, r.json()
     else:
-        overrides: dict[str, Any] = {"model": args.model} if args.model else {}
-        status, payload = asyncio.run(_judge_in_process(body, Settings(**overrides)))
+        settings = get_settings(model=args.model or None)
+        status, payload = asyncio.run(_judge_in_process(body, settings))
     print(json.dumps(payload, indent=2))
     return 0 if status == 200 else 1
 

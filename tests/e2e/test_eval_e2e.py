@@ -13,7 +13,6 @@ from reflectrm.evaluation.benchmarks import JUDGEBENCH, REWARDBENCH, load_datase
 from reflectrm.evaluation.runner import EngineBackend, HttpBackend, pending, plan, run_units
 from reflectrm.judging.judge import Judge
 from reflectrm.pairs import Pair
-from reflectrm.runtime import judge_config
 from tests.conftest import SHARED_DATA
 from tests.e2e.conftest import E2E_MAX_TOKENS
 
@@ -48,7 +47,7 @@ def test_eval_in_process_scores_and_rescores(engine, live, tmp_path):
         pairs, ["single", "reflect"], True, seed=0, num_candidates=4, max_tokens=E2E_MAX_TOKENS
     )
     path = tmp_path / "results.jsonl"
-    backend = EngineBackend(Judge(engine, judge_config(live.settings)))
+    backend = EngineBackend(Judge(engine, live.settings.judge_config()))
     summary = judge_units(units, backend, path)
     assert (summary.judged, summary.retry_later) == (12, 0)
 

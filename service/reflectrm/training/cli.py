@@ -20,7 +20,7 @@ from typing import Any
 from reflectrm.engines import open_engine
 from reflectrm.interrupts import run_command
 from reflectrm.models import CheckpointError
-from reflectrm.runtime import engine_config, settings_for
+from reflectrm.settings import get_settings
 from reflectrm.training.config import load_settings, parse_overrides, typed
 from reflectrm.training.data import BuildConfig, build, rebuild
 from reflectrm.training.sources import load_pairs
@@ -174,7 +174,7 @@ def run_build(args: argparse.Namespace) -> int:
         if not args.data:
             raise SystemExit("build-data needs --data (or --from-judgments)")
         pairs = load_pairs(args.data, args.split, args.limit)
-        settings = settings_for(args.model)
+        settings = get_settings(model=args.model or None)
         config = BuildConfig(**{**config.__dict__, "template_version": settings.template_version})
         stats = asyncio.run(_build_with_engine(settings, pairs, config, args.out))
     print(json.dumps({k: v for k, v in stats.__dict__.items() if k != "extra"}, indent=2))
@@ -182,7 +182,7 @@ def run_build(args: argparse.Namespace) -> int:
 
 
 async def _build_with_engine(settings: Any, pairs: Any, config: BuildConfig, out: Path) -> Any:
-    async with open_engine(engine_config(settings)) as engine:
+    async with open_engine(settings.engine_config()) as engine:
         return await build(engine, pairs, config, out)
 
 
@@ -215,7 +215,7 @@ def run_check(args: argparse.Namespace) -> int:
     from reflectrm.training.check import CheckConfig
     from reflectrm.training.export import add_evaluation
 
-    settings = settings_for(args.model)
+    settings = get_settings(model=args.model or None)
     pairs = load_pairs(args.pairs, limit=args.limit)
     config = CheckConfig(
         max_tokens=args.max_tokens,
@@ -236,7 +236,7 @@ def run_check(args: argparse.Namespace) -> int:
 async def _check_with_engine(settings: Any, pairs: Any, config: Any) -> dict[str, object]:
     from reflectrm.training.check import check
 
-    async with open_engine(engine_config(settings)) as engine:
+    async with open_engine(settings.engine_config()) as engine:
         result = await check(engine, pairs, config)
     return {"model": settings.model, **result.summary()}
 

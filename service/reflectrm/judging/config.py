@@ -1,0 +1,29 @@
+"""How the judge runs: the knobs of the two-stage judgment that are not part of a request.
+
+A leaf (imports only the prompt template's version), so that ``Settings`` can take its defaults
+from here and build it (``Settings.judge_config()``) without importing the judge.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from reflectrm.judging.prompts import TEMPLATE_VERSION
+
+
+@dataclass(frozen=True)
+class JudgeConfig:
+    # The prompt wording; a model trained on one version must be judged with it.
+    template_version: str = TEMPLATE_VERSION
+    # Stage-1 sampling temperature (paper: 1.0): the candidates must differ to be worth a vote.
+    temperature: float = 1.0
+    # Constrain outputs to <Analysis>..</Analysis><Result>verdict</Result> (structured outputs),
+    # so that a model not trained on the template still ends in a parsable verdict.
+    enforce_format: bool = True
+    # With enforce_format, the analysis's bound in characters, so that outputs end in a verdict
+    # within max_tokens. None: max_tokens minus VERDICT_RESERVE_TOKENS (see judge.py).
+    max_analysis_chars: int | None = None
+    # Skip reflection when every parsed stage-1 verdict agrees: it could not change the result.
+    early_exit: bool = True
+    # Pass each request's seed to the engine, so that stage 1 is reproducible.
+    seeded_sampling: bool = True
