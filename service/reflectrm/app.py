@@ -19,10 +19,9 @@ from reflectrm.engines import open_engine
 from reflectrm.engines.base import Engine
 from reflectrm.instrumentation import MeteredJudge
 from reflectrm.models import CheckpointError
-from reflectrm.runtime import engine_config, judge_config
 from reflectrm.serving.lifecycle import Lifecycle
 from reflectrm.serving.service import JudgingService
-from reflectrm.settings import Settings
+from reflectrm.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +30,7 @@ EngineFactory = Callable[[Settings], AbstractAsyncContextManager[Engine]]
 
 def default_engine(settings: Settings) -> AbstractAsyncContextManager[Engine]:
     """The configured engine, opened through the one engine factory."""
-    return open_engine(engine_config(settings))
+    return open_engine(settings.engine_config())
 
 
 def create_app(
@@ -41,7 +40,7 @@ def create_app(
 ) -> FastAPI:
     """Build the app. With ``engine`` given (tests) it is used as is; otherwise the factory's
     engine loads in the background so /health answers while /ready waits for it."""
-    settings = settings or Settings()
+    settings = settings or get_settings()
     service = JudgingService(settings)
     lifecycle = Lifecycle(service)
     keys = load_keys(settings)  # unusable keys stop the start here, never run open
@@ -58,14 +57,14 @@ def create_app(
             return
         if lifecycle.draining:
             return  # stopping already: the engine closes with the stack
-        service.serve_with(MeteredJudge(loaded, judge_config(settings), service.metrics))
+        service.serve_with(MeteredJudge(loaded, settings.judge_config(), service.metrics))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with contextlib.AsyncExitStack() as stack:
             loader = None
             if engine is not None:
-                service.serve_with(MeteredJudge(engine, judge_config(settings), service.metrics))
+                service.serve_with(MeteredJudge(engine, settings.judge_config(), service.metrics))
             else:
                 loader = asyncio.create_task(load(stack))
             lifecycle.start()

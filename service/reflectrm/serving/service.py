@@ -30,7 +30,7 @@ from reflectrm.metrics import Metrics
 from reflectrm.serving.admission import Admission, until_disconnected
 from reflectrm.serving.context import CallContext
 from reflectrm.serving.errors import InvalidRequest, Unavailable, outcome_of
-from reflectrm.serving.swap_checks import SwapCheckConfig, SwapChecker, swap_result
+from reflectrm.serving.swap_checks import SwapChecker, swap_result
 from reflectrm.serving.types import (
     BatchResult,
     Envelope,
@@ -55,16 +55,6 @@ def new_seed() -> int:
     return secrets.randbelow(2**31)
 
 
-def _swap_check_config(s: Settings) -> SwapCheckConfig:
-    return SwapCheckConfig(
-        fraction=s.swap_check_fraction,
-        max_pending=s.swap_check_max_pending,
-        concurrency=s.swap_check_concurrency,
-        busy_in_flight=s.swap_check_busy_in_flight,
-        timeout_s=s.request_timeout_s,
-    )
-
-
 class JudgingService:
     def __init__(self, settings: Settings, metrics: Metrics | None = None) -> None:
         self.settings = settings
@@ -82,7 +72,7 @@ class JudgingService:
             lambda: self.admission.in_flight, lambda: self.admission.queued
         )
         self.swap_checks = SwapChecker(
-            _swap_check_config(settings), self.metrics, live_load=self.live_load
+            settings.swap_check_config(), self.metrics, live_load=self.live_load
         )
 
     # --- state ------------------------------------------------------------------------------
