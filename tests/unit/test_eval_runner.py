@@ -275,6 +275,42 @@ def test_http_backend_retries_transient_and_records_permanent_failures():
         asyncio.run(backend.judge(unit, "r"))
 
 
+def test_http_backend_repeats_one_request_id_and_gives_up_as_transient():
+    seen: list[tuple[str, dict]] = []
+    replies: list[httpx.Response | Exception] = [
+        httpx.Response(499, json={"detail": "client closed"}),
+        httpx.ReadTimeout("slow"),
+        httpx.Response(200, json=SERVICE_OK),
+    ]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append((request.headers["x-request-id"], json.loads(request.content)))
+        reply = replies.pop(0)
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    backend = HttpBackend(client, "http://svc", retries=2, backoff_s=0.0)
+    (unit,) = plan(make_pairs(1), ["vote"], False, 0, 8, 64)
+    assert asyncio.run(backend.judge(unit, "r7")).status == "verdict"
+    assert [rid for rid, _ in seen] == ["r7"] * 3
+    assert len({json.dumps(body, sort_keys=True) for _, body in seen}) == 1
+
+    def down(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("refused")
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(down))
+    backend = HttpBackend(client, "http://svc", retries=2, backoff_s=0.0)
+    with pytest.raises(TransientError, match=r"r8: ConnectError: refused \(after 3 attempts\)"):
+        asyncio.run(backend.judge(unit, "r8"))
+
+    # An answer that is neither permanent for the pair nor transient stops the run, untried.
+    backend, _ = http_backend(lambda r: httpx.Response(404, json={"detail": "Not Found"}))
+    with pytest.raises(ServiceRefusedError, match="answered 404: Not Found"):
+        asyncio.run(backend.judge(unit, "r9"))
+
+
 def test_an_empty_text_is_refused_alike_in_process_and_over_http(tmp_path):
     """The service's schema refuses empty texts with 422; in-process the harness applies the
     same rule, so both backends record the same error without judging (see the API test)."""

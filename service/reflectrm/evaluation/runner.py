@@ -14,11 +14,12 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import math
 import sys
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from reflectrm.aio import gather_all
 from reflectrm.engines.base import Engine, GenerationResult, Prompt, SamplingSpec, WrappedEngine
@@ -26,6 +27,11 @@ from reflectrm.evaluation.records import Key, Outcome, Record, Writer
 from reflectrm.judging.judge import Judge, PreparedJudgment, PromptTooLongError, Samples
 from reflectrm.judging.types import Ablation, JudgeRequest, Judgment, Mode
 from reflectrm.pairs import Pair
+
+if TYPE_CHECKING:  # imported where used: judging in-process needs no HTTP client
+    import httpx
+
+    from reflectrm.retry import RetryPolicy
 
 log = logging.getLogger(__name__)
 
@@ -316,9 +322,29 @@ def _outcome_of(j: Judgment, latency_ms: float) -> Outcome:
     )
 
 
-# Status codes of POST /v1/judge that will not change on a retry.
+JUDGE_PATH = "/v1/judge"
+# Status codes of POST /v1/judge that will not change on a retry: recorded as errors.
 PERMANENT_STATUS = (400, 413, 422)
-RETRY_STATUS = (429, 499, 500, 502, 503, 504)
+# Status codes that may: retried, and when the retries run out, left for a rerun.
+TRANSIENT_STATUSES = frozenset({429, 499, 500, 502, 503, 504})
+
+
+def service_retry_policy(retries: int = 5, backoff_s: float = 2.0) -> RetryPolicy:
+    """``retries`` more attempts after a ``TRANSIENT_STATUSES`` answer or any transport error
+    (read timeouts included), waiting ``backoff_s`` doubled per retry (no jitter, no cap), or
+    the service's Retry-After when that is longer."""
+    import httpx
+
+    from reflectrm.retry import RetryPolicy
+
+    return RetryPolicy(
+        max_retries=retries,
+        backoff_s=backoff_s,
+        max_backoff_s=math.inf,
+        jitter=0.0,
+        statuses=TRANSIENT_STATUSES,
+        errors=(httpx.TransportError,),
+    )
 
 
 class ServiceRefusedError(RuntimeError):
@@ -327,16 +353,20 @@ class ServiceRefusedError(RuntimeError):
 
 
 class HttpBackend:
-    """Judges through a running service's ``POST /v1/judge``; retries what a retry can fix.
+    """Judges through a running service's ``POST /v1/judge`` with the Python client
+    (``reflectrm.client.AsyncClient`` on the ``http`` pool); retries what a retry can fix.
 
     Over HTTP every unit is its own request: the API takes no precomputed samples, so modes do
     not share them (the results are the same; the engine work is larger)."""
 
-    def __init__(self, client: Any, url: str, retries: int = 5, backoff_s: float = 2.0) -> None:
-        self.client = client
-        self.url = url.rstrip("/") + "/v1/judge"
-        self.retries = retries
-        self.backoff_s = backoff_s
+    def __init__(
+        self, http: httpx.AsyncClient, url: str, retries: int = 5, backoff_s: float = 2.0
+    ) -> None:
+        from reflectrm.client import AsyncClient
+
+        self.url = url.rstrip("/") + JUDGE_PATH  # absolute: ``http`` may have no base URL
+        self.retry = service_retry_policy(retries, backoff_s)
+        self.client = AsyncClient(http=http, retry=self.retry)
 
     @staticmethod
     def body(unit: Unit) -> dict[str, Any]:
@@ -369,38 +399,39 @@ class HttpBackend:
     async def judge(self, unit: Unit, request_id: str) -> Outcome:
         import httpx
 
+        from reflectrm.client import ReflectRMError
+
         refusal_outcome = refused(unit)  # the schema would answer 422: same record as in-process
         if refusal_outcome is not None:
             return refusal_outcome
-        body = self.body(unit)
-        problem = ""
-        for attempt in range(self.retries + 1):
-            if attempt:
-                await asyncio.sleep(self.backoff_s * 2 ** (attempt - 1))
-            started = time.perf_counter()
-            try:
-                headers = {"X-Request-ID": request_id}
-                r = await self.client.post(self.url, json=body, headers=headers)
-            except httpx.TransportError as exc:
-                problem = f"{type(exc).__name__}: {exc}"
-                continue
-            if r.status_code == 200:
-                return self._outcome(r.json(), unit, 1000 * (time.perf_counter() - started))
-            detail = _detail(r)
-            if unit.mode.ablation != "none" and r.status_code == 422 and "ablation" in detail:
-                raise ServiceRefusedError(
-                    f"{self.url} refuses the ablation modes ({r.status_code}: {detail}); start "
-                    "the service with REFLECTRM_ALLOW_ABLATIONS=true, or drop those modes"
-                )
-            if r.status_code in PERMANENT_STATUS:
-                return Outcome(status="error", error=f"http_{r.status_code}: {detail}")
-            if r.status_code not in RETRY_STATUS:
-                raise ServiceRefusedError(f"POST {self.url} answered {r.status_code}: {detail}")
-            problem = f"http_{r.status_code}: {detail}"
-            retry_after = r.headers.get("Retry-After", "")
-            if retry_after.isdigit():
-                await asyncio.sleep(float(retry_after))
-        raise TransientError(f"{request_id}: {problem} (after {self.retries + 1} attempts)")
+        started = time.perf_counter()
+        try:
+            data = await self.client.post(
+                self.url, self.body(unit), headers={"X-Request-ID": request_id}
+            )
+        except ReflectRMError as exc:
+            return self._refused(unit, request_id, exc.status, exc.detail[:500])
+        except httpx.TransportError as exc:
+            problem = f"{type(exc).__name__}: {exc}"
+            raise TransientError(self._exhausted(request_id, problem)) from None
+        return self._outcome(data, unit, 1000 * (time.perf_counter() - started))
+
+    def _refused(self, unit: Unit, request_id: str, status: int, detail: str) -> Outcome:
+        """An error answer, after any retries: recorded (permanent), stopping the run (the
+        service refuses what the run needs), or left for a rerun (transient)."""
+        if unit.mode.ablation != "none" and status == 422 and "ablation" in detail:
+            raise ServiceRefusedError(
+                f"{self.url} refuses the ablation modes ({status}: {detail}); start "
+                "the service with REFLECTRM_ALLOW_ABLATIONS=true, or drop those modes"
+            )
+        if status in PERMANENT_STATUS:
+            return Outcome(status="error", error=f"http_{status}: {detail}")
+        if status not in self.retry.statuses:
+            raise ServiceRefusedError(f"POST {self.url} answered {status}: {detail}")
+        raise TransientError(self._exhausted(request_id, f"http_{status}: {detail}"))
+
+    def _exhausted(self, request_id: str, problem: str) -> str:
+        return f"{request_id}: {problem} (after {self.retry.attempts} attempts)"
 
     @staticmethod
     def _outcome(data: dict[str, Any], unit: Unit, measured_ms: float) -> Outcome:
@@ -421,13 +452,6 @@ class HttpBackend:
             parse_failures=data.get("parse_failures"),
             outputs=outputs,
         )
-
-
-def _detail(r: Any) -> str:
-    try:
-        return str(r.json().get("detail", r.text))[:500]
-    except ValueError:
-        return str(r.text)[:500]
 
 
 # --- running --------------------------------------------------------------------------------
