@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from reflectrm.aio import gather_all
 from reflectrm.engines.base import Engine, GenerationResult, Prompt, SamplingSpec, WrappedEngine
-from reflectrm.evaluation.records import Key, Outcome, Record, Writer
+from reflectrm.evaluation.records import JudgmentResult, Key, Record, Writer
 from reflectrm.judging.judge import Judge, PreparedJudgment, PromptTooLongError, Samples
 from reflectrm.judging.types import Ablation, JudgeRequest, Judgment, Mode
 from reflectrm.pairs import Pair
@@ -192,9 +192,11 @@ def refusal(unit: Unit) -> str | None:
     return None
 
 
-def refused(unit: Unit) -> Outcome | None:
+def refused(unit: Unit) -> JudgmentResult | None:
     problem = refusal(unit)
-    return None if problem is None else Outcome(status="error", error=f"invalid_request: {problem}")
+    if problem is None:
+        return None
+    return JudgmentResult(status="error", error=f"invalid_request: {problem}")
 
 
 # --- backends -------------------------------------------------------------------------------
@@ -204,7 +206,7 @@ class TransientError(RuntimeError):
     """The judgment may succeed if retried later: it is not recorded, so a rerun redoes it."""
 
 
-JobResult = list[tuple[Unit, "Outcome | TransientError"]]
+JobResult = list[tuple[Unit, "JudgmentResult | TransientError"]]
 
 
 class Backend(Protocol):
@@ -255,18 +257,18 @@ class EngineBackend:
     def __init__(self, judge: Judge) -> None:
         self._judge = judge
 
-    async def judge(self, unit: Unit, request_id: str) -> Outcome:
+    async def judge(self, unit: Unit, request_id: str) -> JudgmentResult:
         ((_, outcome),) = await self.judge_job((unit,), request_id)
-        assert isinstance(outcome, Outcome)  # nothing is transient in-process
+        assert isinstance(outcome, JudgmentResult)  # nothing is transient in-process
         return outcome
 
     async def judge_job(self, units: Sequence[Unit], request_id: str) -> JobResult:
         started = time.perf_counter()
-        outcomes: dict[Key, Outcome] = {}
+        outcomes: dict[Key, JudgmentResult] = {}
         ready: list[tuple[Unit, PreparedJudgment]] = []
         checked = await asyncio.to_thread(self._prepare, units)
         for unit, prepared in zip(units, checked, strict=True):
-            if isinstance(prepared, Outcome):
+            if isinstance(prepared, JudgmentResult):
                 outcomes[unit.key] = prepared
             else:
                 ready.append((unit, prepared))
@@ -278,22 +280,22 @@ class EngineBackend:
                 largest[1], f"{request_id}-shared", largest[0].num_candidates
             )
 
-        async def one(unit: Unit, prepared: PreparedJudgment) -> Outcome:
+        async def one(unit: Unit, prepared: PreparedJudgment) -> JudgmentResult:
             rid = f"{request_id}-{unit.mode.name}"
             if samples is not None and unit.sampled:
                 j = await self._judge.run_from(prepared.request, samples, rid)
             else:
                 j = await self._judge.run(prepared, rid)
             # From the job's start (shared sampling included) to this unit's own end.
-            return _outcome_of(j, 1000 * (time.perf_counter() - started))
+            return _result_of(j, 1000 * (time.perf_counter() - started))
 
         judged = await gather_all([one(u, p) for u, p in ready])
         for (unit, _), outcome in zip(ready, judged, strict=True):
             outcomes[unit.key] = outcome
         return [(u, outcomes[u.key]) for u in units]
 
-    def _prepare(self, units: Sequence[Unit]) -> list[PreparedJudgment | Outcome]:
-        out: list[PreparedJudgment | Outcome] = []
+    def _prepare(self, units: Sequence[Unit]) -> list[PreparedJudgment | JudgmentResult]:
+        out: list[PreparedJudgment | JudgmentResult] = []
         for unit in units:
             refusal_outcome = refused(unit)
             if refusal_outcome is not None:
@@ -303,12 +305,12 @@ class EngineBackend:
                 out.append(self._judge.prepare(unit.request()))
             except PromptTooLongError as exc:
                 # Permanent for this model and max_tokens: recorded, and scored as no verdict.
-                out.append(Outcome(status="error", error=f"prompt_too_long: {exc}"))
+                out.append(JudgmentResult(status="error", error=f"prompt_too_long: {exc}"))
         return out
 
 
-def _outcome_of(j: Judgment, latency_ms: float) -> Outcome:
-    return Outcome(
+def _result_of(j: Judgment, latency_ms: float) -> JudgmentResult:
+    return JudgmentResult(
         status=j.outcome,
         winner=j.winner,
         scores=j.scores,
@@ -388,7 +390,7 @@ class HttpBackend:
         return body
 
     async def judge_job(self, units: Sequence[Unit], request_id: str) -> JobResult:
-        async def one(unit: Unit) -> Outcome | TransientError:
+        async def one(unit: Unit) -> JudgmentResult | TransientError:
             try:
                 return await self.judge(unit, f"{request_id}-{unit.mode.name}")
             except TransientError as exc:
@@ -396,7 +398,7 @@ class HttpBackend:
 
         return list(zip(units, await gather_all([one(u) for u in units]), strict=True))
 
-    async def judge(self, unit: Unit, request_id: str) -> Outcome:
+    async def judge(self, unit: Unit, request_id: str) -> JudgmentResult:
         import httpx
 
         from reflectrm.client import ReflectRMError
@@ -414,9 +416,9 @@ class HttpBackend:
         except httpx.TransportError as exc:
             problem = f"{type(exc).__name__}: {exc}"
             raise TransientError(self._exhausted(request_id, problem)) from None
-        return self._outcome(data, unit, 1000 * (time.perf_counter() - started))
+        return self._result(data, unit, 1000 * (time.perf_counter() - started))
 
-    def _refused(self, unit: Unit, request_id: str, status: int, detail: str) -> Outcome:
+    def _refused(self, unit: Unit, request_id: str, status: int, detail: str) -> JudgmentResult:
         """An error answer, after any retries: recorded (permanent), stopping the run (the
         service refuses what the run needs), or left for a rerun (transient)."""
         if unit.mode.ablation != "none" and status == 422 and "ablation" in detail:
@@ -425,7 +427,7 @@ class HttpBackend:
                 "the service with REFLECTRM_ALLOW_ABLATIONS=true, or drop those modes"
             )
         if status in PERMANENT_STATUS:
-            return Outcome(status="error", error=f"http_{status}: {detail}")
+            return JudgmentResult(status="error", error=f"http_{status}: {detail}")
         if status not in self.retry.statuses:
             raise ServiceRefusedError(f"POST {self.url} answered {status}: {detail}")
         raise TransientError(self._exhausted(request_id, f"http_{status}: {detail}"))
@@ -434,13 +436,13 @@ class HttpBackend:
         return f"{request_id}: {problem} (after {self.retry.attempts} attempts)"
 
     @staticmethod
-    def _outcome(data: dict[str, Any], unit: Unit, measured_ms: float) -> Outcome:
+    def _result(data: dict[str, Any], unit: Unit, measured_ms: float) -> JudgmentResult:
         usage = data.get("usage") or {}
         requests = int(usage.get("engine_requests", 0))
         # The response counts engine requests, not outputs: stage 1 is one request of n outputs.
         outputs = unit.num_candidates + max(0, requests - 1) if requests else None
         scores = data.get("scores")
-        return Outcome(
+        return JudgmentResult(
             status="verdict" if data.get("outcome") == "verdict" else "no_verdict",
             winner=data.get("winner"),
             scores=(float(scores[0]), float(scores[1])) if scores else None,
@@ -457,9 +459,9 @@ class HttpBackend:
 # --- running --------------------------------------------------------------------------------
 
 
-def to_record(unit: Unit, outcome: Outcome) -> Record:
+def to_record(unit: Unit, result: JudgmentResult) -> Record:
     return Record(
-        **{**asdict(outcome), "latency_ms": round(outcome.latency_ms, 1)},
+        **{**asdict(result), "latency_ms": round(result.latency_ms, 1)},
         benchmark=unit.pair.benchmark,
         pair_id=unit.pair.id,
         mode=unit.mode.name,
