@@ -13,7 +13,7 @@ from reflectrm.engines.base import GenerationResult, Prompt, SamplingSpec
 from reflectrm.evaluation import records
 from reflectrm.evaluation.benchmarks import JUDGEBENCH, RMB
 from reflectrm.evaluation.runner import (
-    MODES,
+    EVAL_MODES,
     CountingEngine,
     EngineBackend,
     EngineWork,
@@ -53,7 +53,7 @@ def scripted_engine(**kw) -> ScriptedEngine:
 
 def test_plan_covers_pairs_orders_and_modes_with_shared_seeds():
     pairs = make_pairs(40)
-    units = plan(pairs, list(MODES), both_orders=True, seed=0, num_candidates=8, max_tokens=64)
+    units = plan(pairs, list(EVAL_MODES), both_orders=True, seed=0, num_candidates=8, max_tokens=64)
     assert len(units) == 40 * 2 * 7
     assert len({u.key for u in units}) == len(units)
     # The seeded random order puts the chosen response first for some pairs and second for others.
@@ -123,7 +123,7 @@ class SeededEngine(ScriptedEngine):
 def test_shared_samples_give_the_per_mode_results_with_less_engine_work(tmp_path):
     """Every mode of a pair-order starting from one stage-1 request (the largest N) records
     exactly what judging each mode alone records, byte for byte but the measured latency."""
-    units = plan(make_pairs(3), list(MODES), True, 0, 8, 64)
+    units = plan(make_pairs(3), list(EVAL_MODES), True, 0, 8, 64)
     out: dict[bool, tuple[list[str], EngineWork]] = {}
     for share in (False, True):
         work = EngineWork()

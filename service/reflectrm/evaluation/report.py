@@ -28,7 +28,7 @@ from reflectrm.evaluation.names import (
     MAIN_BENCHMARKS,
 )
 from reflectrm.evaluation.records import Loaded, Record, fingerprint
-from reflectrm.evaluation.runner import BASELINE_MODE, MODES, mode_label
+from reflectrm.evaluation.runner import BASELINE_MODE, EVAL_MODES, mode_label
 from reflectrm.evaluation.scoring import (
     Item,
     Judged,
@@ -67,9 +67,9 @@ def display(benchmark: str) -> str:
 
 
 def label_of(mode: str, n: int) -> str:
-    if mode.endswith(SWAP) and mode[: -len(SWAP)] in MODES:
+    if mode.endswith(SWAP) and mode[: -len(SWAP)] in EVAL_MODES:
         return f"{mode_label(mode[: -len(SWAP)], n)}, swap-debiased"
-    return mode_label(mode, n) if mode in MODES else mode
+    return mode_label(mode, n) if mode in EVAL_MODES else mode
 
 
 @dataclass(frozen=True)
@@ -225,7 +225,7 @@ def _generic_in(by_mode: Mapping[str, Mapping[str, Any]]) -> list[str]:
 
 def _modes_in(by_mode: Mapping[str, Any]) -> list[str]:
     """Modes in the paper's order, each mode's swap row right after it, then any others."""
-    known = [m for base in MODES for m in (base, swap_of(base)) if m in by_mode]
+    known = [m for base in EVAL_MODES for m in (base, swap_of(base)) if m in by_mode]
     return known + sorted(m for m in by_mode if m not in known)
 
 
@@ -713,12 +713,15 @@ def markdown(report: Mapping[str, Any]) -> str:
             _metric_markdown(
                 report,
                 CONSISTENCY,
-                list(MODES),
+                list(EVAL_MODES),
                 "Positional consistency: correct in both orders (layout of the paper's Table 2)",
             ),
             "",
             _metric_markdown(
-                report, AGREEMENT, list(MODES), "Agreement between the two orders (right or wrong)"
+                report,
+                AGREEMENT,
+                list(EVAL_MODES),
+                "Agreement between the two orders (right or wrong)",
             ),
             "",
             _metric_markdown(
@@ -726,7 +729,7 @@ def markdown(report: Mapping[str, Any]) -> str:
             ),
         ]
         if swap_modes:
-            interleaved = [m for base in MODES for m in (base, swap_of(base))]
+            interleaved = [m for base in EVAL_MODES for m in (base, swap_of(base))]
             parts += [
                 "",
                 _metric_markdown(

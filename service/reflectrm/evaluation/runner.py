@@ -57,7 +57,9 @@ class ModeSpec:
         return 2 * n - 1 if self.candidates == "matched" else n
 
 
-MODES: dict[str, ModeSpec] = {
+# The evaluation's modes by name (the serving modes, ``judging.types.MODES``, plus the
+# matched-compute vote and the paper's ablations), in the tables' order.
+EVAL_MODES: dict[str, ModeSpec] = {
     m.name: m
     for m in (
         ModeSpec("single", "Single judgment (greedy)", "single", candidates="one"),
@@ -75,7 +77,7 @@ BASELINE_MODE = "single"
 
 
 def mode_label(name: str, n: int) -> str:
-    spec = MODES[name]
+    spec = EVAL_MODES[name]
     return spec.label.replace("2N-1", str(2 * n - 1)).replace("@N", f"@{n}")
 
 
@@ -147,7 +149,7 @@ def plan(
         for position in positions:
             judge_seed = stable_int("judge", seed, pair.benchmark, pair.id, position)
             for name in modes:
-                spec = MODES[name]
+                spec = EVAL_MODES[name]
                 units.append(
                     Unit(
                         pair=pair,
