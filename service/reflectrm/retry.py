@@ -23,8 +23,8 @@ from typing import Protocol
 
 import httpx
 
-# Failures before any byte of the request reached the server, or of a connection it dropped:
-# repeating the request cannot make it run twice at once.
+# Failures before any byte of the request reached the server, or of a connection it dropped
+# (the default ``errors``; a read timeout is not one: the server may still be working on it).
 CONNECTION_ERRORS: tuple[type[Exception], ...] = (
     httpx.ConnectError,
     httpx.ConnectTimeout,
