@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reflectrm.pairs import conversation_of, read_rows
+from reflectrm.pairs import read_rows, row_conversation
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_PAIRS = REPO.parent / "shared" / "data" / "benchmarks" / "rewardbench.jsonl.gz"
@@ -126,7 +126,7 @@ class Pairs:
 
 
 def _chars(row: Mapping[str, Any]) -> int:
-    conv = conversation_of(row)
+    conv = row_conversation(row)
     return sum(len(m.content) for m in conv) + len(str(row["chosen"])) + len(str(row["rejected"]))
 
 
@@ -170,7 +170,7 @@ def request_body(
     chosen_first = random.Random(seed * 1_000_003 + index).random() < 0.5
     chosen, rejected = str(row["chosen"]), str(row["rejected"])
     body: dict[str, Any] = {}
-    conv = conversation_of(row)
+    conv = row_conversation(row)
     if len(conv) == 1:
         body["prompt"] = conv[0].content
     else:

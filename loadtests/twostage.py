@@ -34,7 +34,8 @@ from reflectrm.judging.prompts import (
     preference_messages,
     reflection_messages,
 )
-from reflectrm.judging.types import Candidate, Message
+from reflectrm.judging.types import Candidate
+from reflectrm.pairs import row_conversation
 
 ROLLOUTS = "rollouts"
 REFLECTIONS = "reflections"
@@ -132,13 +133,6 @@ Generate = Callable[[Ask, str], Awaitable[Reply]]
 Render = Callable[[list[dict[str, str]]], str]
 
 
-def conversation_of(body: Mapping[str, Any]) -> tuple[Message, ...]:
-    """The conversation of a /v1/judge request body."""
-    if body.get("messages"):
-        return tuple(Message(m["role"], m["content"]) for m in body["messages"])
-    return (Message("user", str(body["prompt"])),)
-
-
 def regex_for(verdicts: tuple[str, str], max_tokens: int) -> str:
     """The service's default format: the analysis bounded to max_tokens minus a reserve."""
     return output_regex(verdicts, max(1, max_tokens - VERDICT_RESERVE_TOKENS))
@@ -181,7 +175,7 @@ class ClientJudge:
         )
 
     async def judge(self, body: Mapping[str, Any], request_id: str) -> Verdict:
-        conversation = conversation_of(body)
+        conversation = row_conversation(body, "the /v1/judge body")
         r1, r2 = (str(r) for r in body["responses"])
         seed = int(body["seed"])
         max_tokens = int(body["max_tokens"])

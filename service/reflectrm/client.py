@@ -18,23 +18,17 @@ import asyncio
 import random
 import secrets
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
+from reflectrm.retry import RetryPolicy, retry_call, retry_call_async
+
 DEFAULT_URL = "http://127.0.0.1:8000"
-RETRY_STATUSES = frozenset({429, 503})
-# Failures before any byte of the request reached the server, or of a connection it dropped.
-RETRY_ERRORS: tuple[type[Exception], ...] = (
-    httpx.ConnectError,
-    httpx.ConnectTimeout,
-    httpx.PoolTimeout,
-    httpx.RemoteProtocolError,
-    httpx.ReadError,
-    httpx.WriteError,
-)
+# Up to 8 retries of 429, 503 and connection failures, 1 s doubling to at most 60 s, jittered.
+DEFAULT_RETRY = RetryPolicy()
 # A judgment may wait in the server's queue (up to 600 s) and then run (up to 900 s).
 DEFAULT_TIMEOUT = httpx.Timeout(connect=10.0, read=1800.0, write=60.0, pool=None)
 
@@ -48,31 +42,6 @@ class ReflectRMError(Exception):
         super().__init__(f"{status}: {detail}")
         self.status = status
         self.detail = detail
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    max_retries: int = 8
-    backoff_s: float = 1.0  # the first wait; doubled per retry
-    max_backoff_s: float = 60.0
-    jitter: float = 0.5  # each wait is drawn uniformly from [wait * (1 - jitter), wait]
-
-    def delay(self, attempt: int, retry_after: float | None, rng: random.Random) -> float:
-        """Seconds before retry number ``attempt`` (0-based): the exponential backoff with
-        jitter, never less than the server's Retry-After (spread above it by the jitter)."""
-        wait = min(self.max_backoff_s, self.backoff_s * 2**attempt)
-        wait *= 1 - self.jitter * rng.random()
-        if retry_after is not None:
-            wait = max(wait, retry_after * (1 + self.jitter * rng.random()))
-        return wait
-
-
-def retry_after_of(response: httpx.Response) -> float | None:
-    value = response.headers.get("retry-after")
-    try:
-        return max(0.0, float(value)) if value is not None else None
-    except ValueError:
-        return None  # an HTTP date: fall back to the backoff
 
 
 # --- typed results ---------------------------------------------------------------------------
@@ -205,10 +174,10 @@ class Client:
         retry: RetryPolicy | None = None,
         max_connections: int = 256,
         http: httpx.Client | None = None,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], object] = time.sleep,
         rng: random.Random | None = None,
     ) -> None:
-        self.retry = retry or RetryPolicy()
+        self.retry = retry or DEFAULT_RETRY
         self._http = http or httpx.Client(
             base_url=base_url,
             timeout=timeout,
@@ -226,21 +195,21 @@ class Client:
     def close(self) -> None:
         self._http.close()
 
-    def post(self, path: str, body: dict[str, Any], params: dict[str, Any] | None = None) -> Any:
+    def post(
+        self,
+        path: str,
+        body: dict[str, Any],
+        params: dict[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> Any:
         """POST with retries; the decoded JSON reply, or ReflectRMError."""
-        attempt = 0
-        while True:
-            try:
-                response = self._http.post(path, json=body, params=params)
-            except RETRY_ERRORS:
-                if attempt >= self.retry.max_retries:
-                    raise
-                self._sleep(self.retry.delay(attempt, None, self._rng))
-            else:
-                if response.status_code not in RETRY_STATUSES or attempt >= self.retry.max_retries:
-                    return _raise_for(response)
-                self._sleep(self.retry.delay(attempt, retry_after_of(response), self._rng))
-            attempt += 1
+        response = retry_call(
+            self.retry,
+            lambda: self._http.post(path, json=body, params=params, headers=headers),
+            sleep=self._sleep,
+            rng=self._rng,
+        )
+        return _raise_for(response)
 
     def judge(
         self, conversation: Conversation, response_1: str, response_2: str, **fields: Any
@@ -276,10 +245,10 @@ class AsyncClient:
         retry: RetryPolicy | None = None,
         max_connections: int = 256,
         http: httpx.AsyncClient | None = None,
-        sleep: Callable[[float], Any] = asyncio.sleep,
+        sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
         rng: random.Random | None = None,
     ) -> None:
-        self.retry = retry or RetryPolicy()
+        self.retry = retry or DEFAULT_RETRY
         self._http = http or httpx.AsyncClient(
             base_url=base_url,
             timeout=timeout,
@@ -298,21 +267,20 @@ class AsyncClient:
         await self._http.aclose()
 
     async def post(
-        self, path: str, body: dict[str, Any], params: dict[str, Any] | None = None
+        self,
+        path: str,
+        body: dict[str, Any],
+        params: dict[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> Any:
-        attempt = 0
-        while True:
-            try:
-                response = await self._http.post(path, json=body, params=params)
-            except RETRY_ERRORS:
-                if attempt >= self.retry.max_retries:
-                    raise
-                await self._sleep(self.retry.delay(attempt, None, self._rng))
-            else:
-                if response.status_code not in RETRY_STATUSES or attempt >= self.retry.max_retries:
-                    return _raise_for(response)
-                await self._sleep(self.retry.delay(attempt, retry_after_of(response), self._rng))
-            attempt += 1
+        """POST with retries; the decoded JSON reply, or ReflectRMError."""
+        response = await retry_call_async(
+            self.retry,
+            lambda: self._http.post(path, json=body, params=params, headers=headers),
+            sleep=self._sleep,
+            rng=self._rng,
+        )
+        return _raise_for(response)
 
     async def judge(
         self, conversation: Conversation, response_1: str, response_2: str, **fields: Any

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable
-from typing import Literal, get_args
+from typing import Literal
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -27,12 +27,11 @@ from prometheus_client.registry import Collector
 
 from reflectrm.engines.base import GenerationResult
 from reflectrm.engines.request_ids import Stage
-from reflectrm.judging.types import Judgment, Mode
+from reflectrm.judging.types import MODES, Judgment
 
 PREFIX = "reflectrm_"
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
-MODES: tuple[str, ...] = get_args(Mode)
 # How a judgment request ended: its judgment's outcome, or the HTTP error it got.
 REQUEST_OUTCOMES = (
     "verdict",

@@ -95,7 +95,7 @@ def pair_to_row(pair: Pair) -> dict[str, Any]:
 # --- validating ------------------------------------------------------------------------------
 
 
-def conversation_of(row: Mapping[str, Any], where: str | None = None) -> tuple[Message, ...]:
+def row_conversation(row: Mapping[str, Any], where: str | None = None) -> tuple[Message, ...]:
     """``messages`` (a conversation ending with a user turn) or else ``prompt`` (one user turn)."""
     at = where or _default_where(row)
     messages = row.get("messages")
@@ -126,7 +126,7 @@ def pair_from_row(
     row's own ``benchmark``/``source``; ``meta`` is whatever the caller's metric needs.
     """
     at = where or _default_where(row)
-    conversation = conversation_of(row, at)
+    conversation = row_conversation(row, at)
     row_id = row.get("id")
     if row_id is None:
         if default_id is None:

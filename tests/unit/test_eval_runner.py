@@ -13,7 +13,7 @@ from reflectrm.engines.base import GenerationResult, Prompt, SamplingSpec
 from reflectrm.evaluation import records
 from reflectrm.evaluation.benchmarks import JUDGEBENCH, RMB
 from reflectrm.evaluation.runner import (
-    MODES,
+    EVAL_MODES,
     CountingEngine,
     EngineBackend,
     EngineWork,
@@ -53,7 +53,7 @@ def scripted_engine(**kw) -> ScriptedEngine:
 
 def test_plan_covers_pairs_orders_and_modes_with_shared_seeds():
     pairs = make_pairs(40)
-    units = plan(pairs, list(MODES), both_orders=True, seed=0, num_candidates=8, max_tokens=64)
+    units = plan(pairs, list(EVAL_MODES), both_orders=True, seed=0, num_candidates=8, max_tokens=64)
     assert len(units) == 40 * 2 * 7
     assert len({u.key for u in units}) == len(units)
     # The seeded random order puts the chosen response first for some pairs and second for others.
@@ -123,7 +123,7 @@ class SeededEngine(ScriptedEngine):
 def test_shared_samples_give_the_per_mode_results_with_less_engine_work(tmp_path):
     """Every mode of a pair-order starting from one stage-1 request (the largest N) records
     exactly what judging each mode alone records, byte for byte but the measured latency."""
-    units = plan(make_pairs(3), list(MODES), True, 0, 8, 64)
+    units = plan(make_pairs(3), list(EVAL_MODES), True, 0, 8, 64)
     out: dict[bool, tuple[list[str], EngineWork]] = {}
     for share in (False, True):
         work = EngineWork()
@@ -273,6 +273,42 @@ def test_http_backend_retries_transient_and_records_permanent_failures():
     backend, _ = http_backend(lambda r: httpx.Response(504, json={"detail": "deadline"}))
     with pytest.raises(TransientError, match="http_504"):
         asyncio.run(backend.judge(unit, "r"))
+
+
+def test_http_backend_repeats_one_request_id_and_gives_up_as_transient():
+    seen: list[tuple[str, dict]] = []
+    replies: list[httpx.Response | Exception] = [
+        httpx.Response(499, json={"detail": "client closed"}),
+        httpx.ReadTimeout("slow"),
+        httpx.Response(200, json=SERVICE_OK),
+    ]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append((request.headers["x-request-id"], json.loads(request.content)))
+        reply = replies.pop(0)
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    backend = HttpBackend(client, "http://svc", retries=2, backoff_s=0.0)
+    (unit,) = plan(make_pairs(1), ["vote"], False, 0, 8, 64)
+    assert asyncio.run(backend.judge(unit, "r7")).status == "verdict"
+    assert [rid for rid, _ in seen] == ["r7"] * 3
+    assert len({json.dumps(body, sort_keys=True) for _, body in seen}) == 1
+
+    def down(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("refused")
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(down))
+    backend = HttpBackend(client, "http://svc", retries=2, backoff_s=0.0)
+    with pytest.raises(TransientError, match=r"r8: ConnectError: refused \(after 3 attempts\)"):
+        asyncio.run(backend.judge(unit, "r8"))
+
+    # An answer that is neither permanent for the pair nor transient stops the run, untried.
+    backend, _ = http_backend(lambda r: httpx.Response(404, json={"detail": "Not Found"}))
+    with pytest.raises(ServiceRefusedError, match="answered 404: Not Found"):
+        asyncio.run(backend.judge(unit, "r9"))
 
 
 def test_an_empty_text_is_refused_alike_in_process_and_over_http(tmp_path):

@@ -32,9 +32,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -50,6 +50,7 @@ from reflectrm.engines.base import (
 from reflectrm.engines.chat import render_chat_with
 from reflectrm.engines.config import EngineConfig, RemoteConfig
 from reflectrm.engines.request_ids import judgment_id_of
+from reflectrm.retry import AttemptResult, RetryPolicy, retry_call, retry_call_async
 from reflectrm.settings import DEFAULT_MODEL
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,7 @@ SESSION_HEADER = "X-Session-ID"
 REQUEST_ID_HEADER = "X-Request-Id"
 # Statuses that say "not now" rather than "not this request": timeout at a proxy, overload,
 # no healthy replica behind the router, a replica starting or stopping.
-RETRY_STATUSES = frozenset({408, 429, 502, 503, 504})
+FLEET_RETRY_STATUSES = frozenset({408, 429, 502, 503, 504})
 # Longest wait a Retry-After header may impose between two attempts.
 MAX_RETRY_AFTER_S = 10.0
 # How often opening the engine asks a fleet that is not ready yet.
@@ -71,25 +72,48 @@ STARTUP_POLL_S = 2.0
 CHAT_TEMPLATE_KWARGS = {"enable_thinking": False}
 
 
-@dataclass
 class _Failure(Exception):
-    """One failed attempt: why, whether trying again is safe, and how long the fleet asked us
-    to wait."""
+    """An answer that is not a usable result, and why."""
 
-    reason: str
-    retryable: bool
-    retry_after_s: float | None = None
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
-def _connection_failure(exc: httpx.HTTPError) -> _Failure:
+def retry_policy(config: RemoteConfig) -> RetryPolicy:
+    """Which attempts are repeated, and after how long: ``config.retries`` more after a
+    connection that failed or was lost (``CONNECTION_ERRORS``; a read timeout is not repeated:
+    the fleet may still be working on it) or a ``FLEET_RETRY_STATUSES`` answer, waiting
+    ``config.backoff_s`` doubled per retry (no jitter, no cap), or the fleet's Retry-After up to
+    ``MAX_RETRY_AFTER_S`` when that is longer."""
+    return RetryPolicy(
+        max_retries=config.retries,
+        backoff_s=config.backoff_s,
+        max_backoff_s=math.inf,
+        jitter=0.0,
+        statuses=FLEET_RETRY_STATUSES,
+        max_retry_after_s=MAX_RETRY_AFTER_S,
+    )
+
+
+def _connection_failure(exc: httpx.HTTPError) -> str:
+    """Why a request got no answer, in words."""
     if isinstance(exc, httpx.ConnectTimeout | httpx.ConnectError | httpx.PoolTimeout):
-        return _Failure(f"cannot connect ({type(exc).__name__}: {exc})", retryable=True)
+        return f"cannot connect ({type(exc).__name__}: {exc})"
     if isinstance(exc, httpx.TimeoutException):
-        # The fleet may still be working on it: another attempt would double the load.
-        return _Failure(f"no answer in time ({type(exc).__name__})", retryable=False)
+        return f"no answer in time ({type(exc).__name__})"
     if isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError | httpx.WriteError):
-        return _Failure(f"connection lost ({type(exc).__name__}: {exc})", retryable=True)
-    return _Failure(f"{type(exc).__name__}: {exc}", retryable=False)
+        return f"connection lost ({type(exc).__name__}: {exc})"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _failure_of(result: AttemptResult) -> str:
+    """Why an attempt failed: its exception, or the answer's status and message."""
+    if isinstance(result, httpx.HTTPError):
+        return _connection_failure(result)
+    if isinstance(result, Exception):
+        return f"{type(result).__name__}: {result}"
+    return f"answered {result.status_code}: {_error_message(result)}"
 
 
 def _error_message(response: httpx.Response) -> str:
@@ -109,26 +133,16 @@ def _error_message(response: httpx.Response) -> str:
     return response.text[:300]
 
 
-def _retry_after(response: httpx.Response) -> float | None:
-    value = response.headers.get("retry-after")
-    try:
-        return min(float(value), MAX_RETRY_AFTER_S) if value else None
-    except ValueError:
-        return None
-
-
 def _json_of(response: httpx.Response) -> dict[str, Any]:
     """The body of a 200, or the attempt's failure."""
     if response.status_code != 200:
-        reason = f"answered {response.status_code}: {_error_message(response)}"
-        retryable = response.status_code in RETRY_STATUSES
-        raise _Failure(reason, retryable, _retry_after(response) if retryable else None)
+        raise _Failure(_failure_of(response))
     try:
         data = response.json()
     except ValueError as exc:
-        raise _Failure(f"answered 200 with a body that is not JSON: {exc}", False) from None
+        raise _Failure(f"answered 200 with a body that is not JSON: {exc}") from None
     if not isinstance(data, dict):
-        raise _Failure("answered 200 with a JSON body that is not an object", False)
+        raise _Failure("answered 200 with a JSON body that is not an object")
     return data
 
 
@@ -154,6 +168,7 @@ class RemoteEngine:
         self._model_name = model_name or served_model
         self._tokenizer = tokenizer
         self._sleep = sleep
+        self._retry = retry_policy(config)
 
     @property
     def model_name(self) -> str:
@@ -221,8 +236,7 @@ class RemoteEngine:
             response = await self._client.get(HEALTH)
         except httpx.HTTPError as exc:
             raise EngineError(
-                f"the engine fleet at {self._config.url} is unreachable: "
-                f"{_connection_failure(exc).reason}"
+                f"the engine fleet at {self._config.url} is unreachable: {_connection_failure(exc)}"
             ) from exc
         if response.status_code != 200:
             raise EngineError(
@@ -232,47 +246,55 @@ class RemoteEngine:
 
     # --- attempts -----------------------------------------------------------------------------
 
-    def _delay(self, attempt: int, failure: _Failure) -> float:
-        backoff = self._config.backoff_s * (2**attempt)
-        return max(backoff, failure.retry_after_s or 0.0)
-
-    def _give_up(self, path: str, failure: _Failure, attempts: int) -> EngineError:
+    def _give_up(self, path: str, reason: str, attempts: int) -> EngineError:
         tries = f" (after {attempts} attempts)" if attempts > 1 else ""
-        return EngineError(
-            f"the engine fleet at {self._config.url} failed {path}: {failure.reason}{tries}"
-        )
+        return EngineError(f"the engine fleet at {self._config.url} failed {path}: {reason}{tries}")
 
     async def _call(self, path: str, body: dict[str, Any], headers: dict[str, str]) -> dict:
-        attempts = self._config.retries + 1
-        for attempt in range(attempts):
-            try:
-                return _json_of(await self._client.post(path, json=body, headers=headers))
-            except httpx.HTTPError as exc:
-                failure = _connection_failure(exc)
-            except _Failure as exc:
-                failure = exc
-            if not failure.retryable or attempt + 1 == attempts:
-                raise self._give_up(path, failure, attempt + 1)
-            delay = self._delay(attempt, failure)
-            log.warning("%s %s: %s; retrying in %.1f s", path, headers, failure.reason, delay)
-            await self._sleep(delay)
-        raise AssertionError("unreachable")
+        attempts = _Attempts(path, headers)
+        try:
+            response = await retry_call_async(
+                self._retry,
+                lambda: self._client.post(path, json=body, headers=headers),
+                sleep=self._sleep,
+                on_retry=attempts.retrying,
+            )
+            return _json_of(response)
+        except httpx.HTTPError as exc:
+            reason = _connection_failure(exc)
+        except _Failure as exc:
+            reason = exc.reason
+        raise self._give_up(path, reason, attempts.made)
 
     def _call_sync(self, path: str, body: dict[str, Any]) -> dict:
-        attempts = self._config.retries + 1
-        for attempt in range(attempts):
-            try:
-                return _json_of(self._sync.post(path, json=body))
-            except httpx.HTTPError as exc:
-                failure = _connection_failure(exc)
-            except _Failure as exc:
-                failure = exc
-            if not failure.retryable or attempt + 1 == attempts:
-                raise self._give_up(path, failure, attempt + 1)
-            delay = self._delay(attempt, failure)
-            log.warning("%s: %s; retrying in %.1f s", path, failure.reason, delay)
-            time.sleep(delay)
-        raise AssertionError("unreachable")
+        attempts = _Attempts(path)
+        try:
+            response = retry_call(
+                self._retry,
+                lambda: self._sync.post(path, json=body),
+                sleep=time.sleep,
+                on_retry=attempts.retrying,
+            )
+            return _json_of(response)
+        except httpx.HTTPError as exc:
+            reason = _connection_failure(exc)
+        except _Failure as exc:
+            reason = exc.reason
+        raise self._give_up(path, reason, attempts.made)
+
+
+class _Attempts:
+    """Counts one call's attempts and logs each retry."""
+
+    def __init__(self, path: str, headers: dict[str, str] | None = None) -> None:
+        self.path = path
+        self.headers = headers
+        self.made = 1
+
+    def retrying(self, attempt: int, result: AttemptResult, delay: float) -> None:
+        self.made += 1
+        what = self.path if self.headers is None else f"{self.path} {self.headers}"
+        log.warning("%s: %s; retrying in %.1f s", what, _failure_of(result), delay)
 
 
 def parse_completion(
@@ -386,7 +408,7 @@ async def _wait_for_fleet(
             else:
                 last = f"{HEALTH} answered {health.status_code}"
         except httpx.HTTPError as exc:
-            last = _connection_failure(exc).reason
+            last = _connection_failure(exc)
         except _Failure as exc:
             last = f"{MODELS} {exc.reason}"
         if time.monotonic() >= deadline:

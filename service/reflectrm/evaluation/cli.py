@@ -29,7 +29,7 @@ from reflectrm.evaluation.benchmarks import (
     sample,
 )
 from reflectrm.evaluation.runner import (
-    MODES,
+    EVAL_MODES,
     CountingEngine,
     EngineBackend,
     EngineWork,
@@ -142,7 +142,7 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     judging.add_argument(
         "--mode",
         action="append",
-        choices=[*MODES, "all"],
+        choices=[*EVAL_MODES, "all"],
         help="a row to run (repeatable; default all): single = one greedy judgment; vote = "
         "majority of N samples; vote_matched = majority of 2N-1 samples (ReflectRM's compute); "
         "reflect = ReflectRM; random_anchor, random_winners, anchor_only = its ablations",
@@ -336,13 +336,13 @@ def load_benchmarks(args: argparse.Namespace, preset: Preset | None) -> list[Ben
 
 def selected_modes(args: argparse.Namespace) -> list[str]:
     chosen = args.mode or ["all"]
-    return list(MODES) if "all" in chosen else list(dict.fromkeys(chosen))
+    return list(EVAL_MODES) if "all" in chosen else list(dict.fromkeys(chosen))
 
 
 def service_modes(args: argparse.Namespace, modes: list[str], allowed: bool, why: str) -> list[str]:
     """The modes a service can run: without ablations allowed, ``--mode all`` skips them and an
     ablation named with --mode is an error (before anything is judged)."""
-    ablations = [m for m in modes if MODES[m].ablation != "none"]
+    ablations = [m for m in modes if EVAL_MODES[m].ablation != "none"]
     if not ablations or allowed:
         return modes
     if args.mode and "all" not in args.mode:
@@ -572,7 +572,7 @@ async def _judge_http(
             raise UsageError(f"cannot reach {args.url} ({type(exc).__name__}: {exc})") from None
         if ready.status_code != 200:
             raise UsageError(f"{args.url}/ready answered {ready.status_code}: {ready.text[:300]}")
-        if any(MODES[m].ablation != "none" for m in modes):
+        if any(EVAL_MODES[m].ablation != "none" for m in modes):
             allowed, why = await _ablations_allowed(client, args.url)
             modes = service_modes(args, modes, allowed, why)
         todo = todo_for(modes)

@@ -46,7 +46,7 @@ class Key:
 
 
 @dataclass(frozen=True)
-class Outcome:
+class JudgmentResult:
     """What one judgment gave, whichever backend made it."""
 
     status: Status
@@ -65,7 +65,7 @@ class Outcome:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Record(Outcome):
+class Record(JudgmentResult):
     """One judgment of one pair, in one order, in one mode: what was judged, and its outcome."""
 
     benchmark: str
@@ -83,8 +83,9 @@ class Record(Outcome):
     def to_json(self) -> dict[str, Any]:
         row = {**asdict(self), "meta": dict(self.meta)}
         # What was judged, then its outcome (asdict lists the inherited outcome fields first).
-        judged = {k: v for k, v in row.items() if k not in Outcome.__dataclass_fields__}
-        return {"type": "result", **judged, **{k: row[k] for k in Outcome.__dataclass_fields__}}
+        result = JudgmentResult.__dataclass_fields__
+        judged = {k: v for k, v in row.items() if k not in result}
+        return {"type": "result", **judged, **{k: row[k] for k in result}}
 
     @staticmethod
     def from_json(row: Mapping[str, Any]) -> Record:

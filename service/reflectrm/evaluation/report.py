@@ -3,8 +3,8 @@
 Known benchmarks get the paper's tables; a generic dataset (a user's own pairs) gets its own
 table: accuracy, positional consistency and agreement with 95% intervals, per-subset accuracy and,
 where pairs share a ``group_id``, the group metric. Every mode judged in both orders with recorded
-scores also gets a position-debiased ``swap`` row (``debias``) beside it, computed from the same
-two judgments. Everything here reads only the saved records, so re-scoring a finished run
+scores also gets a position-debiased ``swap`` row (``debiased_winner``) beside it, computed from
+the same two judgments. Everything here reads only the saved records, so re-scoring a finished run
 (``--score-only``) reproduces the report exactly, without the datasets or the model.
 """
 
@@ -21,7 +21,6 @@ from typing import Any
 
 import numpy as np
 
-from reflectrm.evaluation.debias import debiased_winner
 from reflectrm.evaluation.names import (
     BENCHMARKS,
     DISPLAY_NAMES,
@@ -29,7 +28,7 @@ from reflectrm.evaluation.names import (
     MAIN_BENCHMARKS,
 )
 from reflectrm.evaluation.records import Loaded, Record, fingerprint
-from reflectrm.evaluation.runner import BASELINE_MODE, MODES, mode_label
+from reflectrm.evaluation.runner import BASELINE_MODE, EVAL_MODES, mode_label
 from reflectrm.evaluation.scoring import (
     Item,
     Judged,
@@ -44,6 +43,7 @@ from reflectrm.evaluation.scoring import (
     metric_of,
     score,
 )
+from reflectrm.judging.debias import average_scores, winner_of
 
 log = logging.getLogger(__name__)
 
@@ -67,9 +67,9 @@ def display(benchmark: str) -> str:
 
 
 def label_of(mode: str, n: int) -> str:
-    if mode.endswith(SWAP) and mode[: -len(SWAP)] in MODES:
+    if mode.endswith(SWAP) and mode[: -len(SWAP)] in EVAL_MODES:
         return f"{mode_label(mode[: -len(SWAP)], n)}, swap-debiased"
-    return mode_label(mode, n) if mode in MODES else mode
+    return mode_label(mode, n) if mode in EVAL_MODES else mode
 
 
 @dataclass(frozen=True)
@@ -100,10 +100,24 @@ def _has_scores(r: Record) -> bool:
     return r.scores is not None or r.status == "error"
 
 
+# The scores of an order that ended in an error: no preference, as a no-verdict judgment's.
+NO_VERDICT_SCORES = (0.5, 0.5)
+
+
+def debiased_winner(first: Record, second: Record) -> int | None:
+    """The service's ``debias: "swap"`` rule (``reflectrm.judging.debias``) on two recorded
+    orders of a pair: their scores averaged (the second put back in the first's numbering), the
+    higher average wins, a tie is no verdict. An order without scores counts as (0.5, 0.5), so
+    it pulls the average towards a tie instead of letting the other order's position bias stand
+    alone. The winner is in the first order's numbering."""
+    scores = average_scores(first.scores or NO_VERDICT_SCORES, second.scores or NO_VERDICT_SCORES)
+    return winner_of(scores)
+
+
 def swap_pair(first: Record, second: Record) -> PairResult:
-    """A pair's position-debiased result from its two orders (``debias``): one verdict for the
-    pair, the same response in both orders, so it is told as a judgment in each order."""
-    winner = debiased_winner(first.scores, second.scores)  # in the primary order's numbering
+    """A pair's position-debiased result from its two orders (``debiased_winner``): one verdict
+    for the pair, the same response in both orders, so it is told as a judgment in each order."""
+    winner = debiased_winner(first, second)  # in the primary order's numbering
     return PairResult(
         first.benchmark,
         first.pair_id,
@@ -211,7 +225,7 @@ def _generic_in(by_mode: Mapping[str, Mapping[str, Any]]) -> list[str]:
 
 def _modes_in(by_mode: Mapping[str, Any]) -> list[str]:
     """Modes in the paper's order, each mode's swap row right after it, then any others."""
-    known = [m for base in MODES for m in (base, swap_of(base)) if m in by_mode]
+    known = [m for base in EVAL_MODES for m in (base, swap_of(base)) if m in by_mode]
     return known + sorted(m for m in by_mode if m not in known)
 
 
@@ -699,12 +713,15 @@ def markdown(report: Mapping[str, Any]) -> str:
             _metric_markdown(
                 report,
                 CONSISTENCY,
-                list(MODES),
+                list(EVAL_MODES),
                 "Positional consistency: correct in both orders (layout of the paper's Table 2)",
             ),
             "",
             _metric_markdown(
-                report, AGREEMENT, list(MODES), "Agreement between the two orders (right or wrong)"
+                report,
+                AGREEMENT,
+                list(EVAL_MODES),
+                "Agreement between the two orders (right or wrong)",
             ),
             "",
             _metric_markdown(
@@ -712,7 +729,7 @@ def markdown(report: Mapping[str, Any]) -> str:
             ),
         ]
         if swap_modes:
-            interleaved = [m for base in MODES for m in (base, swap_of(base))]
+            interleaved = [m for base in EVAL_MODES for m in (base, swap_of(base))]
             parts += [
                 "",
                 _metric_markdown(

@@ -14,18 +14,24 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import math
 import sys
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from reflectrm.aio import gather_all
 from reflectrm.engines.base import Engine, GenerationResult, Prompt, SamplingSpec, WrappedEngine
-from reflectrm.evaluation.records import Key, Outcome, Record, Writer
+from reflectrm.evaluation.records import JudgmentResult, Key, Record, Writer
 from reflectrm.judging.judge import Judge, PreparedJudgment, PromptTooLongError, Samples
 from reflectrm.judging.types import Ablation, JudgeRequest, Judgment, Mode
 from reflectrm.pairs import Pair
+
+if TYPE_CHECKING:  # imported where used: judging in-process needs no HTTP client
+    import httpx
+
+    from reflectrm.retry import RetryPolicy
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +57,9 @@ class ModeSpec:
         return 2 * n - 1 if self.candidates == "matched" else n
 
 
-MODES: dict[str, ModeSpec] = {
+# The evaluation's modes by name (the serving modes, ``judging.types.MODES``, plus the
+# matched-compute vote and the paper's ablations), in the tables' order.
+EVAL_MODES: dict[str, ModeSpec] = {
     m.name: m
     for m in (
         ModeSpec("single", "Single judgment (greedy)", "single", candidates="one"),
@@ -69,7 +77,7 @@ BASELINE_MODE = "single"
 
 
 def mode_label(name: str, n: int) -> str:
-    spec = MODES[name]
+    spec = EVAL_MODES[name]
     return spec.label.replace("2N-1", str(2 * n - 1)).replace("@N", f"@{n}")
 
 
@@ -141,7 +149,7 @@ def plan(
         for position in positions:
             judge_seed = stable_int("judge", seed, pair.benchmark, pair.id, position)
             for name in modes:
-                spec = MODES[name]
+                spec = EVAL_MODES[name]
                 units.append(
                     Unit(
                         pair=pair,
@@ -186,9 +194,11 @@ def refusal(unit: Unit) -> str | None:
     return None
 
 
-def refused(unit: Unit) -> Outcome | None:
+def refused(unit: Unit) -> JudgmentResult | None:
     problem = refusal(unit)
-    return None if problem is None else Outcome(status="error", error=f"invalid_request: {problem}")
+    if problem is None:
+        return None
+    return JudgmentResult(status="error", error=f"invalid_request: {problem}")
 
 
 # --- backends -------------------------------------------------------------------------------
@@ -198,7 +208,7 @@ class TransientError(RuntimeError):
     """The judgment may succeed if retried later: it is not recorded, so a rerun redoes it."""
 
 
-JobResult = list[tuple[Unit, "Outcome | TransientError"]]
+JobResult = list[tuple[Unit, "JudgmentResult | TransientError"]]
 
 
 class Backend(Protocol):
@@ -249,18 +259,18 @@ class EngineBackend:
     def __init__(self, judge: Judge) -> None:
         self._judge = judge
 
-    async def judge(self, unit: Unit, request_id: str) -> Outcome:
+    async def judge(self, unit: Unit, request_id: str) -> JudgmentResult:
         ((_, outcome),) = await self.judge_job((unit,), request_id)
-        assert isinstance(outcome, Outcome)  # nothing is transient in-process
+        assert isinstance(outcome, JudgmentResult)  # nothing is transient in-process
         return outcome
 
     async def judge_job(self, units: Sequence[Unit], request_id: str) -> JobResult:
         started = time.perf_counter()
-        outcomes: dict[Key, Outcome] = {}
+        outcomes: dict[Key, JudgmentResult] = {}
         ready: list[tuple[Unit, PreparedJudgment]] = []
         checked = await asyncio.to_thread(self._prepare, units)
         for unit, prepared in zip(units, checked, strict=True):
-            if isinstance(prepared, Outcome):
+            if isinstance(prepared, JudgmentResult):
                 outcomes[unit.key] = prepared
             else:
                 ready.append((unit, prepared))
@@ -272,22 +282,22 @@ class EngineBackend:
                 largest[1], f"{request_id}-shared", largest[0].num_candidates
             )
 
-        async def one(unit: Unit, prepared: PreparedJudgment) -> Outcome:
+        async def one(unit: Unit, prepared: PreparedJudgment) -> JudgmentResult:
             rid = f"{request_id}-{unit.mode.name}"
             if samples is not None and unit.sampled:
                 j = await self._judge.run_from(prepared.request, samples, rid)
             else:
                 j = await self._judge.run(prepared, rid)
             # From the job's start (shared sampling included) to this unit's own end.
-            return _outcome_of(j, 1000 * (time.perf_counter() - started))
+            return _result_of(j, 1000 * (time.perf_counter() - started))
 
         judged = await gather_all([one(u, p) for u, p in ready])
         for (unit, _), outcome in zip(ready, judged, strict=True):
             outcomes[unit.key] = outcome
         return [(u, outcomes[u.key]) for u in units]
 
-    def _prepare(self, units: Sequence[Unit]) -> list[PreparedJudgment | Outcome]:
-        out: list[PreparedJudgment | Outcome] = []
+    def _prepare(self, units: Sequence[Unit]) -> list[PreparedJudgment | JudgmentResult]:
+        out: list[PreparedJudgment | JudgmentResult] = []
         for unit in units:
             refusal_outcome = refused(unit)
             if refusal_outcome is not None:
@@ -297,12 +307,12 @@ class EngineBackend:
                 out.append(self._judge.prepare(unit.request()))
             except PromptTooLongError as exc:
                 # Permanent for this model and max_tokens: recorded, and scored as no verdict.
-                out.append(Outcome(status="error", error=f"prompt_too_long: {exc}"))
+                out.append(JudgmentResult(status="error", error=f"prompt_too_long: {exc}"))
         return out
 
 
-def _outcome_of(j: Judgment, latency_ms: float) -> Outcome:
-    return Outcome(
+def _result_of(j: Judgment, latency_ms: float) -> JudgmentResult:
+    return JudgmentResult(
         status=j.outcome,
         winner=j.winner,
         scores=j.scores,
@@ -316,9 +326,29 @@ def _outcome_of(j: Judgment, latency_ms: float) -> Outcome:
     )
 
 
-# Status codes of POST /v1/judge that will not change on a retry.
+JUDGE_PATH = "/v1/judge"
+# Status codes of POST /v1/judge that will not change on a retry: recorded as errors.
 PERMANENT_STATUS = (400, 413, 422)
-RETRY_STATUS = (429, 499, 500, 502, 503, 504)
+# Status codes that may: retried, and when the retries run out, left for a rerun.
+TRANSIENT_STATUSES = frozenset({429, 499, 500, 502, 503, 504})
+
+
+def service_retry_policy(retries: int = 5, backoff_s: float = 2.0) -> RetryPolicy:
+    """``retries`` more attempts after a ``TRANSIENT_STATUSES`` answer or any transport error
+    (read timeouts included), waiting ``backoff_s`` doubled per retry (no jitter, no cap), or
+    the service's Retry-After when that is longer."""
+    import httpx
+
+    from reflectrm.retry import RetryPolicy
+
+    return RetryPolicy(
+        max_retries=retries,
+        backoff_s=backoff_s,
+        max_backoff_s=math.inf,
+        jitter=0.0,
+        statuses=TRANSIENT_STATUSES,
+        errors=(httpx.TransportError,),
+    )
 
 
 class ServiceRefusedError(RuntimeError):
@@ -327,16 +357,20 @@ class ServiceRefusedError(RuntimeError):
 
 
 class HttpBackend:
-    """Judges through a running service's ``POST /v1/judge``; retries what a retry can fix.
+    """Judges through a running service's ``POST /v1/judge`` with the Python client
+    (``reflectrm.client.AsyncClient`` on the ``http`` pool); retries what a retry can fix.
 
     Over HTTP every unit is its own request: the API takes no precomputed samples, so modes do
     not share them (the results are the same; the engine work is larger)."""
 
-    def __init__(self, client: Any, url: str, retries: int = 5, backoff_s: float = 2.0) -> None:
-        self.client = client
-        self.url = url.rstrip("/") + "/v1/judge"
-        self.retries = retries
-        self.backoff_s = backoff_s
+    def __init__(
+        self, http: httpx.AsyncClient, url: str, retries: int = 5, backoff_s: float = 2.0
+    ) -> None:
+        from reflectrm.client import AsyncClient
+
+        self.url = url.rstrip("/") + JUDGE_PATH  # absolute: ``http`` may have no base URL
+        self.retry = service_retry_policy(retries, backoff_s)
+        self.client = AsyncClient(http=http, retry=self.retry)
 
     @staticmethod
     def body(unit: Unit) -> dict[str, Any]:
@@ -358,7 +392,7 @@ class HttpBackend:
         return body
 
     async def judge_job(self, units: Sequence[Unit], request_id: str) -> JobResult:
-        async def one(unit: Unit) -> Outcome | TransientError:
+        async def one(unit: Unit) -> JudgmentResult | TransientError:
             try:
                 return await self.judge(unit, f"{request_id}-{unit.mode.name}")
             except TransientError as exc:
@@ -366,50 +400,51 @@ class HttpBackend:
 
         return list(zip(units, await gather_all([one(u) for u in units]), strict=True))
 
-    async def judge(self, unit: Unit, request_id: str) -> Outcome:
+    async def judge(self, unit: Unit, request_id: str) -> JudgmentResult:
         import httpx
+
+        from reflectrm.client import ReflectRMError
 
         refusal_outcome = refused(unit)  # the schema would answer 422: same record as in-process
         if refusal_outcome is not None:
             return refusal_outcome
-        body = self.body(unit)
-        problem = ""
-        for attempt in range(self.retries + 1):
-            if attempt:
-                await asyncio.sleep(self.backoff_s * 2 ** (attempt - 1))
-            started = time.perf_counter()
-            try:
-                headers = {"X-Request-ID": request_id}
-                r = await self.client.post(self.url, json=body, headers=headers)
-            except httpx.TransportError as exc:
-                problem = f"{type(exc).__name__}: {exc}"
-                continue
-            if r.status_code == 200:
-                return self._outcome(r.json(), unit, 1000 * (time.perf_counter() - started))
-            detail = _detail(r)
-            if unit.mode.ablation != "none" and r.status_code == 422 and "ablation" in detail:
-                raise ServiceRefusedError(
-                    f"{self.url} refuses the ablation modes ({r.status_code}: {detail}); start "
-                    "the service with REFLECTRM_ALLOW_ABLATIONS=true, or drop those modes"
-                )
-            if r.status_code in PERMANENT_STATUS:
-                return Outcome(status="error", error=f"http_{r.status_code}: {detail}")
-            if r.status_code not in RETRY_STATUS:
-                raise ServiceRefusedError(f"POST {self.url} answered {r.status_code}: {detail}")
-            problem = f"http_{r.status_code}: {detail}"
-            retry_after = r.headers.get("Retry-After", "")
-            if retry_after.isdigit():
-                await asyncio.sleep(float(retry_after))
-        raise TransientError(f"{request_id}: {problem} (after {self.retries + 1} attempts)")
+        started = time.perf_counter()
+        try:
+            data = await self.client.post(
+                self.url, self.body(unit), headers={"X-Request-ID": request_id}
+            )
+        except ReflectRMError as exc:
+            return self._refused(unit, request_id, exc.status, exc.detail[:500])
+        except httpx.TransportError as exc:
+            problem = f"{type(exc).__name__}: {exc}"
+            raise TransientError(self._exhausted(request_id, problem)) from None
+        return self._result(data, unit, 1000 * (time.perf_counter() - started))
+
+    def _refused(self, unit: Unit, request_id: str, status: int, detail: str) -> JudgmentResult:
+        """An error answer, after any retries: recorded (permanent), stopping the run (the
+        service refuses what the run needs), or left for a rerun (transient)."""
+        if unit.mode.ablation != "none" and status == 422 and "ablation" in detail:
+            raise ServiceRefusedError(
+                f"{self.url} refuses the ablation modes ({status}: {detail}); start "
+                "the service with REFLECTRM_ALLOW_ABLATIONS=true, or drop those modes"
+            )
+        if status in PERMANENT_STATUS:
+            return JudgmentResult(status="error", error=f"http_{status}: {detail}")
+        if status not in self.retry.statuses:
+            raise ServiceRefusedError(f"POST {self.url} answered {status}: {detail}")
+        raise TransientError(self._exhausted(request_id, f"http_{status}: {detail}"))
+
+    def _exhausted(self, request_id: str, problem: str) -> str:
+        return f"{request_id}: {problem} (after {self.retry.attempts} attempts)"
 
     @staticmethod
-    def _outcome(data: dict[str, Any], unit: Unit, measured_ms: float) -> Outcome:
+    def _result(data: dict[str, Any], unit: Unit, measured_ms: float) -> JudgmentResult:
         usage = data.get("usage") or {}
         requests = int(usage.get("engine_requests", 0))
         # The response counts engine requests, not outputs: stage 1 is one request of n outputs.
         outputs = unit.num_candidates + max(0, requests - 1) if requests else None
         scores = data.get("scores")
-        return Outcome(
+        return JudgmentResult(
             status="verdict" if data.get("outcome") == "verdict" else "no_verdict",
             winner=data.get("winner"),
             scores=(float(scores[0]), float(scores[1])) if scores else None,
@@ -423,19 +458,12 @@ class HttpBackend:
         )
 
 
-def _detail(r: Any) -> str:
-    try:
-        return str(r.json().get("detail", r.text))[:500]
-    except ValueError:
-        return str(r.text)[:500]
-
-
 # --- running --------------------------------------------------------------------------------
 
 
-def to_record(unit: Unit, outcome: Outcome) -> Record:
+def to_record(unit: Unit, result: JudgmentResult) -> Record:
     return Record(
-        **{**asdict(outcome), "latency_ms": round(outcome.latency_ms, 1)},
+        **{**asdict(result), "latency_ms": round(result.latency_ms, 1)},
         benchmark=unit.pair.benchmark,
         pair_id=unit.pair.id,
         mode=unit.mode.name,

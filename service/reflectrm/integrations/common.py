@@ -108,7 +108,7 @@ def text_of(content: Any) -> str:
     return str(content)
 
 
-def conversation_of(prompt: Any) -> Conversation:
+def conversation_from_prompt(prompt: Any) -> Conversation:
     """A prompt as the service takes it: a string, or a list of {role, content} messages."""
     if isinstance(prompt, str):
         return prompt

@@ -18,7 +18,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from reflectrm.integrations.common import RewardConfig, as_number, async_client, conversation_of
+from reflectrm.integrations.common import (
+    RewardConfig,
+    as_number,
+    async_client,
+    conversation_from_prompt,
+)
 
 DEFAULT_GROUP_STRATEGY = "round_robin"
 
@@ -30,7 +35,7 @@ async def group_rm(args: Any, samples: list[Any], **kwargs: Any) -> list[float]:
         return [as_number(None) for _ in samples]
     reference = {"reference": str(samples[0].label)} if strategy == "reference" else {}
     result = await async_client(config.url).rewards(
-        conversation_of(samples[0].prompt),
+        conversation_from_prompt(samples[0].prompt),
         [s.response for s in samples],
         strategy=strategy,
         **reference,
@@ -42,7 +47,7 @@ async def group_rm(args: Any, samples: list[Any], **kwargs: Any) -> list[float]:
 async def reference_rm(args: Any, sample: Any, **kwargs: Any) -> float:
     config = RewardConfig.from_env()
     result = await async_client(config.url).rewards(
-        conversation_of(sample.prompt),
+        conversation_from_prompt(sample.prompt),
         [sample.response],
         reference=str(sample.label),
         strategy="reference",

@@ -22,7 +22,7 @@ from typing import Any
 from reflectrm.integrations.common import (
     RewardConfig,
     async_client,
-    conversation_of,
+    conversation_from_prompt,
     text_of,
 )
 
@@ -108,6 +108,6 @@ class ReflectRMReward:
         if reference is not None:
             fields["reference"] = reference
         result = await async_client(self.config.url).rewards(
-            conversation_of(prompt), [texts[i] for i in members], **fields
+            conversation_from_prompt(prompt), [texts[i] for i in members], **fields
         )
         return result.rewards

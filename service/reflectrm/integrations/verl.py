@@ -20,7 +20,7 @@ from reflectrm.integrations.common import (
     RewardConfig,
     as_number,
     async_client,
-    conversation_of,
+    conversation_from_prompt,
     first_reward_details,
 )
 
@@ -46,7 +46,7 @@ async def compute_score(
 ) -> dict[str, Any]:
     config = RewardConfig.from_env()
     result = await async_client(config.url).rewards(
-        conversation_of(prompt_of(extra_info)),
+        conversation_from_prompt(prompt_of(extra_info)),
         [solution_str],
         reference=str(ground_truth),
         strategy="reference",

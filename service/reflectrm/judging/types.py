@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, get_args
 
 if TYPE_CHECKING:
     from reflectrm.engines.base import GenerationResult
 
 Role = Literal["system", "user", "assistant"]
 Mode = Literal["reflect", "single", "vote"]
+MODES: tuple[Mode, ...] = get_args(Mode)  # the serving modes, for choices and metric labels
 Outcome = Literal["verdict", "no_verdict"]
 # Ablations of the evaluation harness; "none" is ReflectRM as served.
 Ablation = Literal["none", "random_anchor", "random_winners", "anchor_only"]
