@@ -32,14 +32,14 @@ from loadtests.fleet import Fleet, local_fleet
 from reflectrm.engines import open_engine
 from reflectrm.engines.config import EngineConfig, RemoteConfig
 from reflectrm.judging.judge import Judge, JudgeConfig, PromptTooLongError
-from reflectrm.judging.types import JudgeRequest, Message
+from reflectrm.judging.types import JudgmentSpec, Message
 
 DATA = (
     Path(__file__).resolve().parents[2] / "shared" / "data" / "benchmarks" / "rewardbench.jsonl.gz"
 )
 
 
-def load_requests(count: int, seed: int, max_chars: int, max_tokens: int) -> list[JudgeRequest]:
+def load_requests(count: int, seed: int, max_chars: int, max_tokens: int) -> list[JudgmentSpec]:
     """Seeded RewardBench pairs short enough for two CPU replicas, as reflect-mode requests."""
     with gzip.open(DATA, "rt") as f:
         rows = [json.loads(line) for line in f]
@@ -55,7 +55,7 @@ def load_requests(count: int, seed: int, max_chars: int, max_tokens: int) -> lis
         if size > max_chars:
             continue
         out.append(
-            JudgeRequest(
+            JudgmentSpec(
                 conversation=conv,
                 responses=(row["chosen"], row["rejected"]),
                 mode="reflect",
@@ -74,7 +74,7 @@ def delta(after: dict[str, dict[str, float]], before: dict[str, dict[str, float]
 
 
 async def phase(
-    fleet: Fleet, requests: list[JudgeRequest], affinity: bool, concurrency: int, tag: str
+    fleet: Fleet, requests: list[JudgmentSpec], affinity: bool, concurrency: int, tag: str
 ) -> dict[str, Any]:
     config = EngineConfig(
         kind="remote", remote=RemoteConfig(url=fleet.router_url, affinity=affinity)
@@ -83,7 +83,7 @@ async def phase(
         judge = Judge(engine, JudgeConfig(early_exit=False))
         slots = asyncio.Semaphore(concurrency)
 
-        async def one(i: int, request: JudgeRequest) -> Any:
+        async def one(i: int, request: JudgmentSpec) -> Any:
             async with slots:
                 try:
                     return await judge.judge(request, f"{tag}-{i}")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from reflectrm.engines import open_engine
 from reflectrm.judging.judge import Judge, JudgeConfig
-from reflectrm.judging.types import JudgeRequest
+from reflectrm.judging.types import JudgmentSpec
 from reflectrm.pairs import read_pairs
 from reflectrm.settings import Settings, get_settings
 
@@ -27,13 +27,13 @@ DATA = (
 )
 
 
-def load_pairs(n: int, seed: int) -> list[tuple[JudgeRequest, int]]:
+def load_pairs(n: int, seed: int) -> list[tuple[JudgmentSpec, int]]:
     """A seeded sample of RewardBench pairs in seeded random orders: (request, gold winner)."""
     rng = random.Random(seed)
     out = []
     for pair in rng.sample(list(read_pairs(DATA)), n):
         shown = pair.present(1 if rng.random() < 0.5 else 2)
-        request = JudgeRequest(conversation=pair.conversation, responses=shown.responses)
+        request = JudgmentSpec(conversation=pair.conversation, responses=shown.responses)
         out.append((request, shown.gold))
     return out
 
@@ -44,7 +44,7 @@ async def parse_rate(engine, pairs, enforce: bool, max_tokens: int) -> dict:
     results = await asyncio.gather(
         *[
             judge.judge(
-                JudgeRequest(
+                JudgmentSpec(
                     conversation=r.conversation,
                     responses=r.responses,
                     mode="vote",
@@ -79,7 +79,7 @@ async def timed(engine, pairs, settings: Settings) -> dict:
     judge = Judge(engine, JudgeConfig())
     rows = []
     for i, (r, gold) in enumerate(pairs):
-        req = JudgeRequest(
+        req = JudgmentSpec(
             conversation=r.conversation,
             responses=r.responses,
             seed=i,

@@ -24,7 +24,7 @@ from typing import Any
 from reflectrm.engines import open_engine
 from reflectrm.judging import prompts
 from reflectrm.judging.judge import Judge, JudgeConfig
-from reflectrm.judging.types import JudgeRequest, Judgment, Message
+from reflectrm.judging.types import Judgment, JudgmentSpec, Message
 from reflectrm.settings import get_settings
 
 DATA = (
@@ -70,7 +70,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         gate = asyncio.Semaphore(args.concurrency)
 
         async def one(conv: tuple[Message, ...], r1: str, r2: str, seed: int, tag: str) -> Judgment:
-            request = JudgeRequest(
+            request = JudgmentSpec(
                 conversation=conv,
                 responses=(r1, r2),
                 mode="vote",

@@ -11,7 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from reflectrm.app import create_app
-from reflectrm.judging.types import JudgeRequest, Judgment, Message, Trace, Usage
+from reflectrm.judging.types import EngineUsage, Judgment, JudgmentSpec, Message, Trace
 from reflectrm.metrics import Metrics
 from reflectrm.serving.swap_checks import SwapCheckConfig, SwapChecker
 from reflectrm.settings import Settings
@@ -116,13 +116,13 @@ def verdict(winner: int | None = 1) -> Judgment:
         analysis=None,
         votes=(8, 0),
         early_exit=True,
-        usage=Usage(),
+        usage=EngineUsage(),
         trace=Trace(candidates=()),
         seed=0,
     )
 
 
-REQUEST = JudgeRequest(conversation=(Message("user", "q"),), responses=("a", "b"))
+REQUEST = JudgmentSpec(conversation=(Message("user", "q"),), responses=("a", "b"))
 
 
 @dataclass
@@ -134,7 +134,7 @@ class GatedJudge:
     started: int = 0
     cancelled: int = 0
 
-    async def judge(self, request: JudgeRequest, request_id: str) -> Judgment:
+    async def judge(self, request: JudgmentSpec, request_id: str) -> Judgment:
         assert request.responses == ("b", "a")  # the swapped order
         self.started += 1
         try:

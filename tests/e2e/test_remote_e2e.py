@@ -27,7 +27,7 @@ from reflectrm.engines.base import Engine, SamplingSpec
 from reflectrm.engines.config import EngineConfig, RemoteConfig
 from reflectrm.judging.judge import Judge, JudgeConfig
 from reflectrm.judging.prompts import get_template, preference_messages
-from reflectrm.judging.types import JudgeRequest, Message
+from reflectrm.judging.types import JudgmentSpec, Message
 from tests.e2e.conftest import ForwardingEngine, LiveService, e2e_settings
 
 ROUTER = Path(sys.executable).parent / "vllm-router"
@@ -168,7 +168,7 @@ async def test_the_output_regex_is_applied_and_the_removed_field_would_not_be(fl
 async def test_a_greedy_single_judgment_equals_the_in_process_one(
     fleet: Fleet, engine: ForwardingEngine
 ):
-    request = JudgeRequest(
+    request = JudgmentSpec(
         conversation=(Message("user", "What is the capital of France?"),),
         responses=("The capital of France is Paris.", "The capital of France is Berlin."),
         mode="single",
@@ -306,7 +306,7 @@ async def test_a_seeded_sampled_judgment_equals_the_in_process_one(
     fleet: Fleet, engine: ForwardingEngine
 ):
     """Stage 1 samples n outputs seeded seed+k on both paths: alone on an engine, the same."""
-    request = JudgeRequest(
+    request = JudgmentSpec(
         conversation=(Message("user", "Which is heavier, a kilogram of iron or of feathers?"),),
         responses=("They weigh the same.", "The iron is heavier."),
         mode="vote",

@@ -19,17 +19,17 @@ from reflectrm.judging.judge import (
     choose_anchor,
     majority,
 )
-from reflectrm.judging.types import Candidate, JudgeRequest, Message
+from reflectrm.judging.types import Candidate, JudgmentSpec, Message
 from tests.conftest import ScriptedEngine, judgment
 
 CONV = (Message("user", "What is 2 + 2?"),)
 PAIR = ("4", "5")
 
 
-def req(**kw) -> JudgeRequest:
+def req(**kw) -> JudgmentSpec:
     base = {"conversation": CONV, "responses": PAIR, "seed": 0, "max_tokens": 64}
     base.update(kw)
-    return JudgeRequest(**base)
+    return JudgmentSpec(**base)
 
 
 def conf_logprobs(low: float) -> tuple[float, ...]:
@@ -50,7 +50,7 @@ def prefers(*names: str, anchor: str = "a0"):
     return rule
 
 
-def run(engine: ScriptedEngine, request: JudgeRequest, **config):
+def run(engine: ScriptedEngine, request: JudgmentSpec, **config):
     return asyncio.run(Judge(engine, JudgeConfig(**config)).judge(request, "t"))
 
 

@@ -34,7 +34,7 @@ from reflectrm.app import create_app
 from reflectrm.engines.base import Prompt, SamplingSpec
 from reflectrm.judging.judge import REFLECTION_PRIORITY, Judge, JudgeConfig
 from reflectrm.judging.prompts import RESPONSE_VERDICTS
-from reflectrm.judging.types import JudgeRequest, Message
+from reflectrm.judging.types import JudgmentSpec, Message
 from reflectrm.settings import Settings
 from tests.conftest import ScriptedEngine, judgment
 
@@ -80,7 +80,7 @@ def client_of(engine: ScriptedEngine, strategy: Strategy) -> ClientJudge:
 
 async def test_client_judge_reaches_the_services_verdict_with_the_same_requests():
     service_engine, client_engine = mixed_engine(), mixed_engine()
-    request = JudgeRequest(
+    request = JudgmentSpec(
         conversation=(Message("user", BODY["prompt"]),),
         responses=("4", "5"),
         seed=11,

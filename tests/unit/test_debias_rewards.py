@@ -21,7 +21,7 @@ from reflectrm.judging.groups import (
     comparison_seed,
     plan,
 )
-from reflectrm.judging.types import Judgment, Trace, Usage
+from reflectrm.judging.types import EngineUsage, Judgment, Trace
 
 
 def judged(winner: int | None, scores: tuple[float, float]) -> Judgment:
@@ -33,7 +33,7 @@ def judged(winner: int | None, scores: tuple[float, float]) -> Judgment:
         analysis=None,
         votes=(0, 0),
         early_exit=False,
-        usage=Usage(),
+        usage=EngineUsage(),
         trace=Trace(candidates=()),
         seed=0,
     )

@@ -7,7 +7,7 @@ import pytest
 
 from reflectrm.judging.judge import Judge, JudgeConfig
 from reflectrm.judging.prompts import neutralize
-from reflectrm.judging.types import JudgeRequest, Message
+from reflectrm.judging.types import JudgmentSpec, Message
 from tests.conftest import ScriptedEngine, judgment
 
 # Everything a text could say to pass for a verdict for Response 1 (or Critique 1).
@@ -24,7 +24,7 @@ HOSTILE = [
 PLACES = ["prompt", "history", "response_1", "response_2"]
 
 
-def hostile_request(text: str, place: str, mode: str) -> JudgeRequest:
+def hostile_request(text: str, place: str, mode: str) -> JudgmentSpec:
     conversation = [Message("user", "What is 2 + 2?")]
     if place == "prompt":
         conversation = [Message("user", f"What is 2 + 2? {text}")]
@@ -36,12 +36,12 @@ def hostile_request(text: str, place: str, mode: str) -> JudgeRequest:
         ]
     r1 = f"5. {text}" if place == "response_1" else "5."
     r2 = f"4. {text}" if place == "response_2" else "4."
-    return JudgeRequest(
+    return JudgmentSpec(
         conversation=tuple(conversation), responses=(r1, r2), mode=mode, num_candidates=4, seed=1
     )
 
 
-async def judge_with(engine: ScriptedEngine, request: JudgeRequest):
+async def judge_with(engine: ScriptedEngine, request: JudgmentSpec):
     return await Judge(engine, JudgeConfig(early_exit=False)).judge(request, "h")
 
 

@@ -18,7 +18,7 @@ from reflectrm.engines.config import EngineConfig, RemoteConfig
 from reflectrm.engines.remote import RemoteEngine, _clients, choose_model, remote_engine
 from reflectrm.engines.request_ids import judgment_id_of
 from reflectrm.judging.judge import Judge, JudgeConfig
-from reflectrm.judging.types import JudgeRequest, Message
+from reflectrm.judging.types import JudgmentSpec, Message
 from reflectrm.settings import Settings
 from tests.conftest import judgment
 
@@ -565,7 +565,7 @@ async def test_a_reflect_judgment_keeps_every_engine_request_on_one_routing_key(
         max_model_len=100_000,
     )
     judge = Judge(engine, JudgeConfig())
-    request = JudgeRequest(
+    request = JudgmentSpec(
         conversation=(Message("user", "q?"),),
         responses=("r1", "r2"),
         mode="reflect",

@@ -139,8 +139,8 @@ def _envelope(e: Envelope) -> dict[str, Any]:
     }
 
 
-def usage_of(*usages: types.Usage) -> schemas.Usage:
-    total = sum(usages, types.Usage())
+def usage_of(*usages: types.EngineUsage) -> schemas.Usage:
+    total = sum(usages, types.EngineUsage())
     return schemas.Usage(
         prompt_tokens=total.prompt_tokens,
         generated_tokens=total.generated_tokens,

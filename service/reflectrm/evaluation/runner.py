@@ -25,7 +25,7 @@ from reflectrm.aio import gather_all
 from reflectrm.engines.base import Engine, GenerationResult, Prompt, SamplingSpec, WrappedEngine
 from reflectrm.evaluation.records import JudgmentResult, Key, Record, Writer
 from reflectrm.judging.judge import Judge, PreparedJudgment, PromptTooLongError, Samples
-from reflectrm.judging.types import Ablation, JudgeRequest, Judgment, Mode
+from reflectrm.judging.types import Ablation, Judgment, JudgmentSpec, Mode
 from reflectrm.pairs import Pair
 
 if TYPE_CHECKING:  # imported where used: judging in-process needs no HTTP client
@@ -118,8 +118,8 @@ class Unit:
         """Starts from seeded stage-1 samples (every mode but the greedy single judgment)."""
         return self.mode.mode != "single"
 
-    def request(self) -> JudgeRequest:
-        return JudgeRequest(
+    def request(self) -> JudgmentSpec:
+        return JudgmentSpec(
             conversation=self.pair.conversation,
             responses=self.responses,
             mode=self.mode.mode,

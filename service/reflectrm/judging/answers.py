@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from reflectrm.judging.debias import Debias, Debiased, combine
 from reflectrm.judging.judge import unswap_winner
-from reflectrm.judging.types import Judgment, Mode, Outcome, Usage
+from reflectrm.judging.types import EngineUsage, Judgment, Mode, Outcome
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ class PairAnswer:
     swapped_winner: int | None
     orders: tuple[tuple[int | None, tuple[float, float]], ...]
     parse_failures: int
-    usage: Usage
+    usage: EngineUsage
     seed: int
 
 

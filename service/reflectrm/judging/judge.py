@@ -30,12 +30,12 @@ from reflectrm.judging.prompts import (
 )
 from reflectrm.judging.types import (
     Candidate,
-    JudgeRequest,
+    EngineUsage,
     Judgment,
+    JudgmentSpec,
     Message,
     Reflection,
     Trace,
-    Usage,
 )
 
 # Tokens kept free for the closing tags and the verdict sentence when the analysis is bounded.
@@ -63,7 +63,7 @@ class PromptTooLongError(ValueError):
 class PreparedJudgment:
     """A request whose stage-1 prompt is rendered and whose prompts all fit the context."""
 
-    request: JudgeRequest
+    request: JudgmentSpec
     prompt: Prompt
 
 
@@ -72,7 +72,7 @@ class Samples:
     """Stage-1 outputs of one engine request, and that request's usage and wall time."""
 
     candidates: tuple[Candidate, ...]
-    usage: Usage
+    usage: EngineUsage
     seconds: float = 0.0
 
     def first(self, n: int) -> Samples:
@@ -108,7 +108,7 @@ class Judge:
 
     # --- preparation (cheap, synchronous: run it in a thread for long inputs) -----------------
 
-    def prepare(self, request: JudgeRequest) -> PreparedJudgment:
+    def prepare(self, request: JudgmentSpec) -> PreparedJudgment:
         """Render the stage-1 prompt and check every prompt of the judgment fits the context."""
         r1, r2 = request.responses
         prompt = self.engine.render_chat(
@@ -135,7 +135,7 @@ class Judge:
 
     # --- the judgment -------------------------------------------------------------------------
 
-    async def judge(self, request: JudgeRequest, request_id: str) -> Judgment:
+    async def judge(self, request: JudgmentSpec, request_id: str) -> Judgment:
         prepared = await asyncio.to_thread(self.prepare, request)
         return await self.run(prepared, request_id)
 
@@ -143,7 +143,7 @@ class Judge:
         samples = await self.sample(prepared, request_id)
         return await self.run_from(prepared.request, samples, request_id)
 
-    def stage1_spec(self, request: JudgeRequest, n: int | None = None) -> SamplingSpec:
+    def stage1_spec(self, request: JudgmentSpec, n: int | None = None) -> SamplingSpec:
         """The stage-1 request: one greedy output in single mode, else ``n`` (default the
         request's num_candidates) seeded samples."""
         single = request.mode == "single"
@@ -167,11 +167,11 @@ class Judge:
         result = await self.engine.generate(prepared.prompt, spec, rollout_request_id(request_id))
         return Samples(
             candidates=tuple(_candidate(i, g) for i, g in enumerate(result.generations)),
-            usage=Usage.of(result),
+            usage=EngineUsage.of(result),
             seconds=time.monotonic() - started,
         )
 
-    async def run_from(self, request: JudgeRequest, samples: Samples, request_id: str) -> Judgment:
+    async def run_from(self, request: JudgmentSpec, samples: Samples, request_id: str) -> Judgment:
         """The judgment from stage-1 outputs already sampled (by ``sample``, for this request or
         a larger one with the same prompt, sampling and seed): the first ``num_candidates`` of
         them are used (all of them in single mode), and the usage reported is theirs alone, as if
@@ -195,10 +195,10 @@ class Judge:
 
     async def _reflect(
         self,
-        request: JudgeRequest,
+        request: JudgmentSpec,
         candidates: tuple[Candidate, ...],
         parsed: list[Candidate],
-        usage: Usage,
+        usage: EngineUsage,
         request_id: str,
     ) -> Judgment:
         if self.config.early_exit and len({c.verdict for c in parsed}) == 1:
@@ -224,12 +224,12 @@ class Judge:
 
     async def _run_reflections(
         self,
-        request: JudgeRequest,
+        request: JudgmentSpec,
         anchor: Candidate,
         others: Sequence[Candidate],
         positions: Sequence[int],
         request_id: str,
-    ) -> tuple[tuple[Reflection, ...], Usage]:
+    ) -> tuple[tuple[Reflection, ...], EngineUsage]:
         r1, r2 = request.responses
         spec = SamplingSpec(
             n=1,
@@ -257,10 +257,10 @@ class Judge:
                 for p, c in zip(prompts, others, strict=True)
             ]
         )
-        usage = Usage()
+        usage = EngineUsage()
         reflections = []
         for cand, pos, out in zip(others, positions, outputs, strict=True):
-            usage = usage + Usage.of(out)
+            usage = usage + EngineUsage.of(out)
             g = out.generations[0]
             p = parse_output(g.text, "Critique", truncated=g.finish_reason == "length")
             reflections.append(
@@ -305,12 +305,12 @@ def _candidate(index: int, g: Generation) -> Candidate:
 
 
 def _final(
-    request: JudgeRequest,
+    request: JudgmentSpec,
     candidates: tuple[Candidate, ...],
     anchor: Candidate,
     reflections: tuple[Reflection, ...],
     winners: tuple[int, ...],
-    usage: Usage,
+    usage: EngineUsage,
     anchor_added: bool = False,
 ) -> Judgment:
     """Vote over the winner group; if it is empty or ties, add the anchor and vote again."""
@@ -332,10 +332,10 @@ def _final(
 
 
 def _vote_all(
-    request: JudgeRequest,
+    request: JudgmentSpec,
     candidates: tuple[Candidate, ...],
     parsed: Sequence[Candidate],
-    usage: Usage,
+    usage: EngineUsage,
     early_exit: bool = False,
 ) -> Judgment:
     """Every parsed candidate votes; a tie goes to the most confident one (vote mode only)."""
@@ -344,7 +344,7 @@ def _vote_all(
 
 
 def _result(
-    request: JudgeRequest, trace: Trace, usage: Usage, early_exit: bool, tie_break: Candidate
+    request: JudgmentSpec, trace: Trace, usage: EngineUsage, early_exit: bool, tie_break: Candidate
 ) -> Judgment:
     """Count the voters' response verdicts; a tie (vote mode only) goes to ``tie_break``."""
     by_index = {c.index: c for c in trace.candidates}
@@ -368,7 +368,9 @@ def _result(
     )
 
 
-def _no_verdict(request: JudgeRequest, candidates: tuple[Candidate, ...], usage: Usage) -> Judgment:
+def _no_verdict(
+    request: JudgmentSpec, candidates: tuple[Candidate, ...], usage: EngineUsage
+) -> Judgment:
     return Judgment(
         winner=None,
         scores=(0.5, 0.5),
@@ -388,7 +390,7 @@ def _v(c: Candidate) -> int:
     return c.verdict
 
 
-def swapped(request: JudgeRequest) -> JudgeRequest:
+def swapped(request: JudgmentSpec) -> JudgmentSpec:
     """The same request with the two responses in the other order."""
     r1, r2 = request.responses
     return dataclasses.replace(request, responses=(r2, r1))

@@ -23,7 +23,7 @@ class Message:
 
 
 @dataclass(frozen=True)
-class JudgeRequest:
+class JudgmentSpec:
     conversation: tuple[Message, ...]
     responses: tuple[str, str]
     mode: Mode = "reflect"
@@ -34,15 +34,15 @@ class JudgeRequest:
 
 
 @dataclass(frozen=True)
-class Usage:
+class EngineUsage:
     prompt_tokens: int = 0
     generated_tokens: int = 0
     engine_requests: int = 0
     # Of prompt_tokens, those whose KV cache the engine reused instead of prefilling.
     cached_prompt_tokens: int = 0
 
-    def __add__(self, other: Usage) -> Usage:
-        return Usage(
+    def __add__(self, other: EngineUsage) -> EngineUsage:
+        return EngineUsage(
             self.prompt_tokens + other.prompt_tokens,
             self.generated_tokens + other.generated_tokens,
             self.engine_requests + other.engine_requests,
@@ -50,9 +50,11 @@ class Usage:
         )
 
     @staticmethod
-    def of(result: GenerationResult) -> Usage:
+    def of(result: GenerationResult) -> EngineUsage:
         """One engine request's usage; its n outputs share one prefill of the prompt."""
-        return Usage(result.prompt_tokens, result.generated_tokens, 1, result.cached_prompt_tokens)
+        return EngineUsage(
+            result.prompt_tokens, result.generated_tokens, 1, result.cached_prompt_tokens
+        )
 
 
 @dataclass(frozen=True)
@@ -102,7 +104,7 @@ class Judgment:
     analysis: str | None
     votes: tuple[int, int]
     early_exit: bool
-    usage: Usage
+    usage: EngineUsage
     trace: Trace
     seed: int
     # Wall time of each stage, for per-stage latency metrics.

@@ -25,7 +25,7 @@ from reflectrm.judging.answers import answer_pair
 from reflectrm.judging.debias import both_orders, flipped, single_order
 from reflectrm.judging.groups import Comparison, aggregate, plan
 from reflectrm.judging.judge import Judge, PromptTooLongError, consistent, swapped
-from reflectrm.judging.types import JudgeRequest, Judgment, Message
+from reflectrm.judging.types import Judgment, JudgmentSpec, Message
 from reflectrm.metrics import Metrics
 from reflectrm.serving.admission import Admission, until_disconnected
 from reflectrm.serving.context import CallContext
@@ -187,13 +187,13 @@ class JudgingService:
         if count > limit:
             raise InvalidRequest(f"{count} {what}; this server allows at most {limit} ({setting})")
 
-    def _pair_request(self, ask: PairAsk) -> JudgeRequest:
+    def _pair_request(self, ask: PairAsk) -> JudgmentSpec:
         if ask.ablation != "none" and not self.settings.allow_ablations:
             raise InvalidRequest(
                 f"ablation {ask.ablation!r} is for evaluation and this server does not "
                 "allow it; start it with REFLECTRM_ALLOW_ABLATIONS=true"
             )
-        return JudgeRequest(
+        return JudgmentSpec(
             conversation=ask.conversation,
             responses=ask.responses,
             mode=ask.mode,
@@ -265,7 +265,7 @@ class JudgingService:
         return await until_disconnected(work, call.is_disconnected)
 
     async def _judgment(
-        self, judge: Judge, call: CallContext, request: JudgeRequest, suffix: str
+        self, judge: Judge, call: CallContext, request: JudgmentSpec, suffix: str
     ) -> Judgment:
         """One judgment, admitted: it waits for a slot and runs under the deadline."""
         work = judge.judge(request, call.engine_id + suffix)
@@ -275,7 +275,7 @@ class JudgingService:
         self,
         judge: Judge,
         call: CallContext,
-        request: JudgeRequest,
+        request: JudgmentSpec,
         two_orders: bool,
         suffix: str,
     ) -> tuple[Judgment, Judgment | None]:
@@ -291,7 +291,7 @@ class JudgingService:
         return first, second
 
     async def _pair(
-        self, judge: Judge, call: CallContext, ask: PairAsk, request: JudgeRequest, suffix: str
+        self, judge: Judge, call: CallContext, ask: PairAsk, request: JudgmentSpec, suffix: str
     ) -> PairResult:
         judgment, swap = await self._orders(judge, call, request, ask.two_orders, suffix)
         answer = answer_pair(judgment, swap, ask.debias)
@@ -338,8 +338,8 @@ class JudgingService:
         text_b = spec.reference if comp.b is None else spec.completions[comp.b]
         assert text_b is not None  # strategy reference always has a reference
 
-        def request(first: str, second: str) -> JudgeRequest:
-            return JudgeRequest(
+        def request(first: str, second: str) -> JudgmentSpec:
+            return JudgmentSpec(
                 conversation=spec.conversation,
                 responses=(first, second),
                 mode=spec.mode,

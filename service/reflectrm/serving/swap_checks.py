@@ -20,7 +20,7 @@ from typing import TypeVar
 
 from reflectrm.aio import Interrupted, run_until
 from reflectrm.judging.judge import Judge, consistent, swapped
-from reflectrm.judging.types import JudgeRequest, Judgment
+from reflectrm.judging.types import Judgment, JudgmentSpec
 from reflectrm.metrics import Metrics, SwapResult
 
 log = logging.getLogger(__name__)
@@ -46,7 +46,7 @@ class SwapCheckConfig:
 @dataclass(frozen=True)
 class _Check:
     judge: Judge
-    request: JudgeRequest
+    request: JudgmentSpec
     original: Judgment
     request_id: str
 
@@ -97,7 +97,7 @@ class SwapChecker:
         return False
 
     def offer(
-        self, judge: Judge, request: JudgeRequest, judgment: Judgment, request_id: str
+        self, judge: Judge, request: JudgmentSpec, judgment: Judgment, request_id: str
     ) -> bool:
         """Consider an answered judgment for a check; never blocks. True if it was queued."""
         if judgment.winner is None or not self._sampled():

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from reflectrm.judging.answers import PairAnswer
 from reflectrm.judging.debias import Debias, Debiased
 from reflectrm.judging.groups import Comparison, CompletionReward, Strategy
-from reflectrm.judging.types import Ablation, JudgeRequest, Judgment, Message, Mode, Usage
+from reflectrm.judging.types import Ablation, EngineUsage, Judgment, JudgmentSpec, Message, Mode
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class PairAsk:
 @dataclass(frozen=True)
 class PairResult:
     ask: PairAsk
-    request: JudgeRequest  # the ask with the server's defaults applied
+    request: JudgmentSpec  # the ask with the server's defaults applied
     judgment: Judgment
     swap: Judgment | None  # the swapped order's judgment, when both orders ran
     answer: PairAnswer
@@ -82,8 +82,8 @@ class BatchResult:
         )
 
     @property
-    def usage(self) -> Usage:
-        return sum((j.usage for j in self.judgments), Usage())
+    def usage(self) -> EngineUsage:
+        return sum((j.usage for j in self.judgments), EngineUsage())
 
     @property
     def judged(self) -> int:
@@ -142,8 +142,8 @@ class GroupResult:
     envelope: Envelope
 
     @property
-    def usage(self) -> Usage:
-        return sum((j.usage for c in self.judged for j in c.judgments), Usage())
+    def usage(self) -> EngineUsage:
+        return sum((j.usage for c in self.judged for j in c.judgments), EngineUsage())
 
     @property
     def judgments(self) -> int:

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 
 from reflectrm.engines.base import Engine
 from reflectrm.judging.judge import Judge, JudgeConfig, PromptTooLongError
-from reflectrm.judging.types import JudgeRequest
+from reflectrm.judging.types import JudgmentSpec
 from reflectrm.pairs import Pair
 
 
@@ -66,7 +66,7 @@ async def check(engine: Engine, pairs: Sequence[Pair], config: CheckConfig) -> C
 
     async def one(i: int, pair: Pair, chosen_at: int) -> tuple[int, int, int | None, str | None]:
         shown = pair.present(chosen_at).responses
-        request = JudgeRequest(
+        request = JudgmentSpec(
             pair.conversation, shown, mode="single", max_tokens=config.max_tokens
         )
         async with gate:
@@ -78,7 +78,7 @@ async def check(engine: Engine, pairs: Sequence[Pair], config: CheckConfig) -> C
     for pair in pairs:
         try:
             judge.prepare(
-                JudgeRequest(
+                JudgmentSpec(
                     pair.conversation,
                     (pair.chosen, pair.rejected),
                     mode="single",

@@ -29,7 +29,7 @@ from reflectrm.judging.prompts import (
     preference_messages,
     reflection_messages,
 )
-from reflectrm.judging.types import Candidate, JudgeRequest, Message
+from reflectrm.judging.types import Candidate, JudgmentSpec, Message
 from reflectrm.pairs import Pair, Presented, pair_to_row
 
 log = logging.getLogger(__name__)
@@ -226,7 +226,7 @@ async def judge_pairs(
     ) -> JudgedPair | None:
         nonlocal done
         # Stage 1 of the service, all N outputs kept: "vote" mode runs exactly that request.
-        request = JudgeRequest(
+        request = JudgmentSpec(
             pair.conversation,
             responses,
             mode="vote",
