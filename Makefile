@@ -27,7 +27,7 @@ test-docker: setup system-deps
 lint: setup
 	$(BIN)/ruff check service tests scripts loadtests
 	$(BIN)/ruff format --check service tests scripts loadtests
-	$(BIN)/mypy service/reflectrm
+	$(BIN)/mypy service/reflectrm loadtests
 
 eval: setup
 	$(BIN)/reflectrm eval $(ARGS)

@@ -44,7 +44,7 @@ def load_requests(count: int, seed: int, max_chars: int, max_tokens: int) -> lis
     with gzip.open(DATA, "rt") as f:
         rows = [json.loads(line) for line in f]
     random.Random(seed).shuffle(rows)
-    out = []
+    out: list[JudgmentSpec] = []
     for row in rows:
         conv = (
             tuple(Message(m["role"], m["content"]) for m in row["messages"])

@@ -45,7 +45,7 @@ NAIVE = "naive"
 KINDS = (LIMIT, SERVICE, PEER, NAIVE)
 
 
-class JudgeFailed(Exception):
+class JudgeFailedError(Exception):
     """A judgment ended without a verdict record (an HTTP error, an engine error)."""
 
 
@@ -175,7 +175,7 @@ class AsyncLLMGenerate:
         async for out in self.llm.generate(TokensPrompt(prompt_token_ids=ids), params, request_id):
             final = out
         if final is None:
-            raise JudgeFailed(f"the engine returned nothing for {request_id}")
+            raise JudgeFailedError(f"the engine returned nothing for {request_id}")
         outputs = tuple(
             Output(
                 c.text,
@@ -231,7 +231,7 @@ class Service:
             "/v1/judge", json={**body, "return_trace": False}, headers={"x-request-id": request_id}
         )
         if r.status_code != 200:
-            raise JudgeFailed(f"HTTP {r.status_code}: {r.text[:300]}")
+            raise JudgeFailedError(f"HTTP {r.status_code}: {r.text[:300]}")
         data = r.json()
         u = data["usage"]
         usage = StageUsage(
@@ -282,7 +282,7 @@ class CompletionsGenerate:
             "/v1/completions", json=self.body(ask), headers={"X-Request-Id": request_id}
         )
         if r.status_code != 200:
-            raise JudgeFailed(f"HTTP {r.status_code}: {r.text[:300]}")
+            raise JudgeFailedError(f"HTTP {r.status_code}: {r.text[:300]}")
         return reply_of(r.json())
 
 

@@ -194,7 +194,7 @@ class JudgeUser(HttpUser):
             ) as response:
                 retry_after = response.headers.get("Retry-After")
                 label = classify(response.status_code, retry_after)
-                response.request_meta["name"] = row_name(body["mode"], label)  # type: ignore[index]
+                response.request_meta["name"] = row_name(body["mode"], label)
                 if label == "200":
                     response.success()
                 else:

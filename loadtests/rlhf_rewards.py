@@ -29,6 +29,7 @@ import random
 import statistics
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -160,12 +161,18 @@ def rmbench_groups(n: int, seed: int, max_chars: int) -> list[dict[str, Any]]:
     return picked
 
 
-def ranks_every_chosen_first(rewards: list[float | None], chosen: list[bool]) -> bool:
-    if any(r is None for r in rewards):
+def ranks_every_chosen_first(rewards: Sequence[float | None], chosen: list[bool]) -> bool:
+    known = [r for r in rewards if r is not None]
+    if len(known) < len(rewards):
         return False
-    good = [r for r, c in zip(rewards, chosen, strict=True) if c]
-    bad = [r for r, c in zip(rewards, chosen, strict=True) if not c]
-    return min(good) > max(bad)  # type: ignore[type-var]
+    good = [r for r, c in zip(known, chosen, strict=True) if c]
+    bad = [r for r, c in zip(known, chosen, strict=True) if not c]
+    return min(good) > max(bad)
+
+
+def _ranking(scores: Sequence[float]) -> list[int]:
+    """Indices from the highest score to the lowest (ties in index order)."""
+    return sorted(range(len(scores)), key=lambda i: -scores[i])
 
 
 def bradley_terry(n: int, comparisons: list[dict[str, Any]], iters: int = 200) -> list[float]:
@@ -227,9 +234,9 @@ async def group_ranking(http: httpx.AsyncClient, groups: list[dict[str, Any]], s
             ]
             row["success_bradley_terry"] = sum(bt) / len(groups)
             row["bt_same_order_as_mean"] = sum(
-                sorted(range(4), key=lambda i, r=r: -(r["rewards"][i] or 0))
-                == sorted(range(4), key=lambda i, r=r: -bradley_terry(4, r["comparisons"])[i])
-                for r in results
+                _ranking([r or 0 for r in res["rewards"]])
+                == _ranking(bradley_terry(4, res["comparisons"]))
+                for res in results
             ) / len(groups)
             out["round_robin_results"] = results
         out[strategy] = row

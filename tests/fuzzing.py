@@ -57,9 +57,11 @@ def check_answer(case: Any, response: Any) -> None:
         if isinstance(detail, str):
             assert len(detail) > 10, detail
         else:
-            assert isinstance(detail, list) and detail, response.text[:500]
+            assert isinstance(detail, list), response.text[:500]
+            assert detail, response.text[:500]
             for error in detail:
-                assert error.get("msg") and error.get("loc"), error
+                assert error.get("msg"), error
+                assert error.get("loc"), error
 
 
 class Tally:

@@ -21,7 +21,7 @@ async def gather_all(awaitables: Sequence[Coroutine[Any, Any, T]]) -> list[T]:
     return [t.result() for t in tasks]
 
 
-class Interrupted(Exception):
+class StoppedError(Exception):
     """``run_until`` stopped the work because its condition came true first."""
 
 
@@ -29,7 +29,7 @@ async def run_until(
     work: Coroutine[Any, Any, T], stop: Callable[[], Awaitable[bool]], poll_s: float
 ) -> T:
     """Run ``work``, checking ``stop`` every ``poll_s`` seconds; when it is true, cancel the work
-    (which aborts its engine requests) and raise Interrupted. Cancelled from outside (a
+    (which aborts its engine requests) and raise StoppedError. Cancelled from outside (a
     deadline), the work is cancelled too."""
     task = asyncio.ensure_future(work)
     try:
@@ -38,7 +38,7 @@ async def run_until(
             if done:
                 return task.result()
             if await stop():
-                raise Interrupted
+                raise StoppedError
     finally:
         if not task.done():
             task.cancel()

@@ -52,7 +52,8 @@ def test_one_structured_line_per_request_with_id_route_status_latency_and_tokens
     assert judged["prompt_tokens"] == usage["prompt_tokens"] > 0
     assert judged["engine_requests"] == 1
     assert (judged["mode"], judged["outcome"], judged["winner"]) == ("reflect", "verdict", 2)
-    assert health["route"] == "/health" and health["status"] == 200
+    assert health["route"] == "/health"
+    assert health["status"] == 200
     # Never the body: neither the prompt nor the responses appear in any log record.
     text = "\n".join(rec.getMessage() for rec in caplog.records)
     assert "What is 2 + 2?" not in text
@@ -73,7 +74,9 @@ def test_an_implausible_request_id_is_replaced_by_a_fresh_one(given: str):
     with client_for() as c:
         r = c.get("/health", headers={"X-Request-ID": given.encode("utf-8")})
     rid = r.headers["x-request-id"]
-    assert rid != given and len(rid) == 32 and rid.isalnum()
+    assert rid != given
+    assert len(rid) == 32
+    assert rid.isalnum()
 
 
 def test_requests_sharing_a_client_id_get_distinct_engine_request_ids():
@@ -93,7 +96,8 @@ def test_requests_sharing_a_client_id_get_distinct_engine_request_ids():
                 "/v1/judge", json={**GOOD, "mode": "single"}, headers={"X-Request-ID": "same"}
             )
             assert r.json()["request_id"] == "same"
-    assert len(seen) == 2 and len(set(seen)) == 2
+    assert len(seen) == 2
+    assert len(set(seen)) == 2
     assert all(rid.startswith("same-") for rid in seen)
 
 
@@ -176,7 +180,7 @@ def test_keys_from_a_file(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "settings, needle",
+    ("settings", "needle"),
     [
         ({"api_keys": "short"}, "shorter than 16"),
         ({"api_key_file": "/nonexistent/keys"}, "cannot be read"),
@@ -195,7 +199,8 @@ def test_unusable_keys_stop_the_start_rather_than_run_open(tmp_path, settings, n
 def test_keys_are_secret_in_settings_and_never_logged(caplog):
     caplog.set_level(logging.DEBUG)
     settings = Settings(api_keys=KEY_A)
-    assert KEY_A not in repr(settings) and KEY_A not in str(settings.model_dump())
+    assert KEY_A not in repr(settings)
+    assert KEY_A not in str(settings.model_dump())
     with client_for(api_keys=KEY_A) as c:
         c.post("/v1/judge", json=GOOD, headers={"Authorization": f"Bearer {KEY_A}"})
         c.post("/v1/judge", json=GOOD, headers={"Authorization": f"Bearer {KEY_B}"})
@@ -217,7 +222,8 @@ def test_every_key_is_compared_in_constant_time_without_early_exit(monkeypatch):
     assert len(calls) == 3  # ...and is still compared with all three
     assert all(len(a) == len(b) == 32 for a, b in calls)  # digests: the length says nothing
     calls.clear()
-    assert guard.allowed(b"nope") is False and len(calls) == 3
+    assert guard.allowed(b"nope") is False
+    assert len(calls) == 3
 
 
 async def test_the_in_process_judge_command_judges_and_needs_no_key(monkeypatch):
@@ -234,4 +240,5 @@ async def test_the_in_process_judge_command_judges_and_needs_no_key(monkeypatch)
     monkeypatch.setattr("reflectrm.engines.open_engine", scripted)
     settings = Settings(api_keys=KEY_A)
     status, body = await cli._judge_in_process({**GOOD, "mode": "single"}, settings)
-    assert status == 200 and body["winner"] == 2
+    assert status == 200
+    assert body["winner"] == 2

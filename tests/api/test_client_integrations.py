@@ -99,11 +99,15 @@ def test_client_retries_429_503_and_connection_errors_with_the_same_seed():
     http = httpx.Client(base_url="http://rm", transport=transport)
     with Client(http=http, sleep=sleeps.append, rng=FixedRandom(0.0)) as rm:  # type: ignore[arg-type]
         result = rm.judge(Q, A, B, mode="single")
-    assert result.winner == 1 and result.scores == (0.75, 0.25) and result.raw == OK_JUDGMENT
+    assert result.winner == 1
+    assert result.scores == (0.75, 0.25)
+    assert result.raw == OK_JUDGMENT
     # Waits: Retry-After 7; backoff 2 s (attempt 1, no jitter); Retry-After 2 vs backoff 4 -> 4.
     assert sleeps == [7.0, 2.0, 4.0]
-    assert len({s["seed"] for s in seen}) == 1 and len(seen) == 4
-    assert seen[0]["responses"] == [A, B] and seen[0]["mode"] == "single"
+    assert len({s["seed"] for s in seen}) == 1
+    assert len(seen) == 4
+    assert seen[0]["responses"] == [A, B]
+    assert seen[0]["mode"] == "single"
 
 
 def test_client_gives_up_after_max_retries_and_never_retries_a_422():
@@ -112,7 +116,9 @@ def test_client_gives_up_after_max_retries_and_never_retries_a_422():
     rm = Client(http=http, retry=RetryPolicy(max_retries=2), sleep=lambda s: None)
     with pytest.raises(ReflectRMError) as err:
         rm.judge(Q, A, B)
-    assert err.value.status == 503 and err.value.detail == "busy" and len(seen) == 3
+    assert err.value.status == 503
+    assert err.value.detail == "busy"
+    assert len(seen) == 3
     transport, seen = scripted_transport([(422, {})])
     rm = Client(http=httpx.Client(base_url="http://rm", transport=transport))
     with pytest.raises(ReflectRMError, match="422"):
@@ -133,7 +139,8 @@ def test_async_client_retries_too():
             return await rm.judge(Q, A, B, seed=5)
 
     assert asyncio.run(main()).winner == 1
-    assert sleeps == [1.0] and [s["seed"] for s in seen] == [5, 5]
+    assert sleeps == [1.0]
+    assert [s["seed"] for s in seen] == [5, 5]
 
 
 def test_client_against_the_service(url: str):
@@ -144,10 +151,14 @@ def test_client_against_the_service(url: str):
             [{"responses": [A, B]}, {"responses": [A]}], defaults={"prompt": Q, "mode": "vote"}
         )
         assert [i.status for i in items] == [200, 422]
-        assert items[0].judgment is not None and items[0].judgment.scores == (1.0, 0.0)
-        assert items[1].judgment is None and "responses" in (items[1].detail or "")
+        assert items[0].judgment is not None
+        assert items[0].judgment.scores == (1.0, 0.0)
+        assert items[1].judgment is None
+        assert "responses" in (items[1].detail or "")
         r = rm.rewards(Q, [A, B, C], mode="vote", strategy="round_robin")
-        assert r.rewards == ROUND_ROBIN and r.judgments == 6 and r.strategy == "round_robin"
+        assert r.rewards == ROUND_ROBIN
+        assert r.judgments == 6
+        assert r.strategy == "round_robin"
         with pytest.raises(ReflectRMError, match="needs a `reference`"):
             rm.rewards(Q, [A, B], strategy="reference")
 
@@ -185,7 +196,8 @@ def test_openrlhf_reward_func_loaded_from_a_py_file(vote_env: str, tmp_path: Pat
     path = tmp_path / "reward.py"
     path.write_text("from reflectrm.integrations.openrlhf import reward_func  # noqa: F401\n")
     spec = importlib.util.spec_from_file_location("reward_func", str(path))
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     reward_func = module.reward_func
@@ -200,7 +212,8 @@ def test_openrlhf_reward_func_loaded_from_a_py_file(vote_env: str, tmp_path: Pat
     score_value = rewards_info.get("scores")
     if score_value is None:
         score_value = rewards_info.get("rewards")
-    assert rewards_info.get("rewards") == [0.625] and score_value == [0.625]
+    assert rewards_info.get("rewards") == [0.625]
+    assert score_value == [0.625]
     assert (rewards_info.get("extra_logs") or {})["judge_reward_first_order"] == [0.875]
 
 
@@ -240,7 +253,8 @@ def test_verl_compute_score_as_the_naive_reward_manager_calls_it(vote_env: str):
         return score, reward_extra_info
 
     score, extra = asyncio.run(run_single({"split": "train", "index": 0, "question": Q}))
-    assert score == 0.625 and extra["judge_consistent"] == 0.0
+    assert score == 0.625
+    assert extra["judge_consistent"] == 0.0
     messages = [{"role": "user", "content": Q}]
     assert asyncio.run(run_single({"prompt": messages}))[0] == 0.625
     with pytest.raises(ValueError, match="extra_info"):
@@ -254,7 +268,8 @@ def call_as_grpo_trainer(reward_func, prompts, completions, **columns):
     trainer_state, log_extra and log_metric; None becomes NaN."""
     from trl.trainer.utils import get_callable_name, is_async_callable
 
-    assert is_async_callable(reward_func) and get_callable_name(reward_func) == "reflectrm"
+    assert is_async_callable(reward_func)
+    assert get_callable_name(reward_func) == "reflectrm"
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()

@@ -40,14 +40,21 @@ def test_judge_contract(client: TestClient):
     r = client.post("/v1/judge", json={**GOOD, "seed": 5, "return_trace": True})
     assert r.status_code == 200, r.text
     body = r.json()
-    assert body["winner"] == 2 and body["outcome"] == "verdict" and body["mode"] == "reflect"
-    assert body["scores"] == [0.0, 1.0] and body["votes"] == [0, 7]
-    assert body["early_exit"] is False and body["consistent"] is None
+    assert body["winner"] == 2
+    assert body["outcome"] == "verdict"
+    assert body["mode"] == "reflect"
+    assert body["scores"] == [0.0, 1.0]
+    assert body["votes"] == [0, 7]
+    assert body["early_exit"] is False
+    assert body["consistent"] is None
     assert body["usage"]["engine_requests"] == 8
-    assert body["template_version"] == "v1" and body["model"] == "scripted"
-    assert body["seed"] == 5 and body["request_id"]
+    assert body["template_version"] == "v1"
+    assert body["model"] == "scripted"
+    assert body["seed"] == 5
+    assert body["request_id"]
     trace = body["trace"]
-    assert len(trace["candidates"]) == 8 and trace["anchor"] == 0
+    assert len(trace["candidates"]) == 8
+    assert trace["anchor"] == 0
     assert len(trace["reflections"]) == 7
     assert {r["verdict"] for r in trace["reflections"]} == {"candidate"}
     assert trace["winner_group"] == [1, 2, 3, 4, 5, 6, 7]
@@ -63,26 +70,31 @@ def test_short_path_and_messages(client: TestClient):
     ]
     r = client.post("/judge", json={"messages": msgs, "responses": ["4", "5"], "mode": "single"})
     assert r.status_code == 200, r.text
-    assert r.json()["mode"] == "single" and r.json()["trace"] is None
+    assert r.json()["mode"] == "single"
+    assert r.json()["trace"] is None
 
 
 def test_check_swap_reports_consistency():
     # The scripted model always prefers whatever is shown first: inconsistent by construction.
     with client_for(ScriptedEngine(stage1=[judgment(1)] * 8)) as c:
         body = c.post("/v1/judge", json={**GOOD, "check_swap": True}).json()
-    assert body["winner"] == 1 and body["swapped_winner"] == 2 and body["consistent"] is False
+    assert body["winner"] == 1
+    assert body["swapped_winner"] == 2
+    assert body["consistent"] is False
     assert body["usage"]["engine_requests"] == 2  # both orders exit early
 
 
 def test_no_verdict_outcome():
     with client_for(ScriptedEngine(stage1=[judgment(None)] * 8)) as c:
         body = c.post("/v1/judge", json=GOOD).json()
-    assert body["winner"] is None and body["outcome"] == "no_verdict"
-    assert body["scores"] == [0.5, 0.5] and body["parse_failures"] == 8
+    assert body["winner"] is None
+    assert body["outcome"] == "no_verdict"
+    assert body["scores"] == [0.5, 0.5]
+    assert body["parse_failures"] == 8
 
 
 @pytest.mark.parametrize(
-    "payload, needle",
+    ("payload", "needle"),
     [
         ({"responses": ["a", "b"]}, "exactly one of `prompt`"),
         ({**GOOD, "messages": [{"role": "user", "content": "x"}]}, "exactly one of `prompt`"),
@@ -150,25 +162,30 @@ def test_ablations_only_where_the_server_allows_them():
     body = {**GOOD, "ablation": "anchor_only", "seed": 3}
     with client_for(mixed_engine()) as c:
         r = c.post("/v1/judge", json=body)
-        assert r.status_code == 422 and "REFLECTRM_ALLOW_ABLATIONS=true" in r.text
+        assert r.status_code == 422
+        assert "REFLECTRM_ALLOW_ABLATIONS=true" in r.text
     with client_for(mixed_engine(), allow_ablations=True) as c:
         r = c.post("/v1/judge", json=body)
         assert r.status_code == 200, r.text
         # anchor_only: the most confident candidate (c0, "Response 1") decides, no reflection.
-        assert r.json()["winner"] == 1 and r.json()["usage"]["engine_requests"] == 1
+        assert r.json()["winner"] == 1
+        assert r.json()["usage"]["engine_requests"] == 1
         r = c.post("/v1/judge", json={**body, "mode": "vote"})
-        assert r.status_code == 422 and "mode `reflect` only" in r.text
+        assert r.status_code == 422
+        assert "mode `reflect` only" in r.text
 
 
 def test_malformed_json_is_422(client: TestClient):
     r = client.post("/v1/judge", content=b"{not json", headers={"content-type": "application/json"})
-    assert r.status_code == 422 and "JSON" in r.text
+    assert r.status_code == 422
+    assert "JSON" in r.text
 
 
 def test_max_tokens_over_server_limit_is_422():
     with client_for(mixed_engine(), max_tokens_limit=512) as c:
         r = c.post("/v1/judge", json={**GOOD, "max_tokens": 1000})
-    assert r.status_code == 422 and "REFLECTRM_MAX_TOKENS_LIMIT" in r.text
+    assert r.status_code == 422
+    assert "REFLECTRM_MAX_TOKENS_LIMIT" in r.text
 
 
 def test_too_long_is_413_naming_the_limit():
@@ -182,7 +199,8 @@ def test_deadline_is_504_and_aborts_engine_requests():
     engine = mixed_engine(delay_s=30)
     with client_for(engine, request_timeout_s=0.3) as c:
         r = c.post("/v1/judge", json=GOOD)
-    assert r.status_code == 504 and "REFLECTRM_REQUEST_TIMEOUT_S" in r.json()["detail"]
+    assert r.status_code == 504
+    assert "REFLECTRM_REQUEST_TIMEOUT_S" in r.json()["detail"]
     assert engine.aborted == 1
 
 
@@ -192,9 +210,11 @@ def test_dead_engine_is_503_and_not_ready():
         assert c.get("/ready").status_code == 200
         engine.dead = True
         r = c.post("/v1/judge", json=GOOD)
-        assert r.status_code == 503 and "restart" in r.json()["detail"]
+        assert r.status_code == 503
+        assert "restart" in r.json()["detail"]
         ready = c.get("/ready")
-        assert ready.status_code == 503 and "stopped" in ready.json()["detail"]
+        assert ready.status_code == 503
+        assert "stopped" in ready.json()["detail"]
         assert c.get("/health").status_code == 200
 
 
@@ -203,7 +223,8 @@ def test_engine_dying_mid_judgment_is_503_not_500(extra):
     # Stage 1 succeeds, then the engine dies while the 7 reflections are in flight.
     with client_for(mixed_engine(dies_after=1)) as c:
         r = c.post("/v1/judge", json={**GOOD, **extra})
-    assert r.status_code == 503 and "restart" in r.json()["detail"]
+    assert r.status_code == 503
+    assert "restart" in r.json()["detail"]
 
 
 def test_loading_and_failed_engine_are_503():
@@ -216,9 +237,11 @@ def test_loading_and_failed_engine_are_503():
     with TestClient(app) as c:
         assert c.get("/health").status_code == 200
         r = c.get("/ready")
-        assert r.status_code == 503 and "no such model folder" in r.json()["detail"]
+        assert r.status_code == 503
+        assert "no such model folder" in r.json()["detail"]
         r = c.post("/v1/judge", json=GOOD)
-        assert r.status_code == 503 and "failed to start" in r.json()["detail"]
+        assert r.status_code == 503
+        assert "failed to start" in r.json()["detail"]
 
 
 def test_openapi_documents_examples_and_errors(client: TestClient):
@@ -236,7 +259,8 @@ def test_too_many_in_flight_is_429_with_retry_after():
         admission = c.app.state.reflectrm.admission
         admission._in_flight = 1  # one judgment already holds the only slot; no queue
         r = c.post("/v1/judge", json=GOOD)
-        assert r.status_code == 429 and r.headers["retry-after"] == "5"
+        assert r.status_code == 429
+        assert r.headers["retry-after"] == "5"
         assert "REFLECTRM_MAX_CONCURRENT_JUDGMENTS" in r.json()["detail"]
         admission._in_flight = 0
         assert c.post("/v1/judge", json=GOOD).status_code == 200

@@ -35,13 +35,14 @@ def client() -> Iterator[TestClient]:
 def messages(r: httpx.Response) -> str:
     """The 422 detail's messages, one string."""
     detail = r.json()["detail"]
-    assert isinstance(detail, list) and detail, r.text
+    assert isinstance(detail, list), r.text
+    assert detail, r.text
     assert all(e["msg"] and e["loc"] for e in detail)
     return " | ".join(e["msg"] for e in detail)
 
 
 @pytest.mark.parametrize(
-    "body, needle",
+    ("body", "needle"),
     [
         # A lone surrogate: was a 500 (the error handler could not encode the input back).
         (b'{"prompt": "q", "responses": ["\\ud800", "b"]}', "lone surrogate"),
@@ -118,7 +119,8 @@ def test_a_huge_unknown_key_is_quoted_cut_short(client: TestClient):
     assert r.status_code == 422
     (error,) = r.json()["detail"]
     assert error["type"] == "extra_forbidden"
-    assert error["loc"][1].endswith("... (100,000 characters)") and len(error["loc"][1]) < 100
+    assert error["loc"][1].endswith("... (100,000 characters)")
+    assert len(error["loc"][1]) < 100
     assert len(r.content) < 500
 
 
@@ -166,8 +168,11 @@ async def test_a_declared_length_over_the_bound_is_refused_before_any_byte_is_re
     app = BodyLimit(sink, max_bytes=10_000)
     headers = [(b"content-length", b"1000000000")]  # 1 GB announced
     status, detail, pulled = await drive(app, headers, chunks=100_000, chunk=b"x" * 10_000)
-    assert status == 413 and pulled == 0 and sink.read == 0
-    assert detail == too_large_detail(10_000) and "REFLECTRM_MAX_BODY_BYTES" in detail
+    assert status == 413
+    assert pulled == 0
+    assert sink.read == 0
+    assert detail == too_large_detail(10_000)
+    assert "REFLECTRM_MAX_BODY_BYTES" in detail
 
 
 async def test_a_chunked_body_is_cut_off_as_soon_as_it_passes_the_bound():
@@ -175,7 +180,8 @@ async def test_a_chunked_body_is_cut_off_as_soon_as_it_passes_the_bound():
     sink = Sink()
     app = BodyLimit(sink, max_bytes=10_000)
     status, detail, pulled = await drive(app, [], chunks=100_000, chunk=b"x" * 1000)
-    assert status == 413 and "10,000 bytes" in detail
+    assert status == 413
+    assert "10,000 bytes" in detail
     assert pulled == 11  # the 11th kilobyte passed the bound; nothing after it was read
 
 
@@ -185,14 +191,19 @@ async def test_bodies_within_the_bound_pass_untouched():
     status, body, pulled = await drive(
         app, [(b"content-length", b"10000")], chunks=10, chunk=b"x" * 1000
     )
-    assert status == 200 and body == b"ok" and sink.read == 10_000 and pulled == 10
+    assert status == 200
+    assert body == b"ok"
+    assert sink.read == 10_000
+    assert pulled == 10
 
 
 async def test_a_malformed_content_length_is_400():
     status, detail, pulled = await drive(
         BodyLimit(Sink(), 10_000), [(b"content-length", b"12ab")], 1, b""
     )
-    assert status == 400 and "Content-Length" in detail and pulled == 0
+    assert status == 400
+    assert "Content-Length" in detail
+    assert pulled == 0
 
 
 def raw_request(

@@ -49,9 +49,11 @@ def test_a_dead_engine_is_found_without_traffic_and_the_process_is_told_to_exit(
         assert lifecycle.exit_code == EXIT_ENGINE_FAILURE
         assert app.state.reflectrm.judge is None  # nothing is admitted any more
         r = c.post("/v1/judge", json=GOOD)
-        assert r.status_code == 503 and "health check" in r.json()["detail"]
+        assert r.status_code == 503
+        assert "health check" in r.json()["detail"]
         ready = c.get("/ready")
-        assert ready.status_code == 503 and "stopped" in ready.json()["detail"]
+        assert ready.status_code == 503
+        assert "stopped" in ready.json()["detail"]
 
 
 def test_judgments_in_flight_end_with_503_when_the_engine_dies_not_at_their_deadline():
@@ -85,10 +87,11 @@ def test_with_exit_on_engine_failure_off_the_service_stays_up_answering_503():
         wait_for(lambda: lifecycle.failed is not None, "the probe notices")
         assert c.get("/ready").status_code == 503
         assert c.get("/health").status_code == 200
-    assert exits == [] and lifecycle.exit_code is None
+    assert exits == []
+    assert lifecycle.exit_code is None
 
 
-@pytest.mark.parametrize("exit_on_failure, code", [(True, EXIT_ENGINE_FAILURE), (False, None)])
+@pytest.mark.parametrize(("exit_on_failure", "code"), [(True, EXIT_ENGINE_FAILURE), (False, None)])
 def test_an_engine_that_fails_to_start_ends_the_process_when_configured(exit_on_failure, code):
     @contextlib.asynccontextmanager
     async def broken(settings) -> AsyncIterator[ScriptedEngine]:
@@ -102,7 +105,8 @@ def test_an_engine_that_fails_to_start_ends_the_process_when_configured(exit_on_
     with TestClient(app) as c:
         wait_for(lambda: lifecycle.failed is not None, "the failed start is noticed")
         r = c.get("/ready")
-        assert r.status_code == 503 and "no such model folder" in r.json()["detail"]
+        assert r.status_code == 503
+        assert "no such model folder" in r.json()["detail"]
         if code is not None:
             wait_for(lambda: exits == [code], "exit requested")
     assert lifecycle.exit_code == code
@@ -139,9 +143,11 @@ def test_sigterm_drains_ready_and_new_judgments_503_at_once_in_flight_ones_finis
         wait_for(lambda: drained.lifecycle.draining, "draining")
         # Still listening: /ready says 503 at once, a new judgment is refused with 503.
         ready = httpx.get(f"{s.url}/ready")
-        assert ready.status_code == 503 and "shutting down" in ready.json()["detail"]
+        assert ready.status_code == 503
+        assert "shutting down" in ready.json()["detail"]
         refused = httpx.post(f"{s.url}/v1/judge", json=GOOD)
-        assert refused.status_code == 503 and "shutting down" in refused.json()["detail"]
+        assert refused.status_code == 503
+        assert "shutting down" in refused.json()["detail"]
         assert refused.headers["retry-after"] == "5"
         assert httpx.get(f"{s.url}/health").status_code == 200
         # The judgment in flight finishes within the grace period.
@@ -159,9 +165,11 @@ def test_judgments_still_running_when_the_grace_period_ends_are_aborted_with_503
         assert drained.server is not None
         drained.server.handle_exit(signal.SIGTERM, None)
         r = running.result(timeout=60)
-        assert r.status_code == 503 and "REFLECTRM_SHUTDOWN_GRACE_S" in r.json()["detail"]
+        assert r.status_code == 503
+        assert "REFLECTRM_SHUTDOWN_GRACE_S" in r.json()["detail"]
         wait_for(lambda: drained.server.should_exit, "the server stops")
-    assert drained.engine.aborted == 1 and drained.lifecycle.exit_code == 0
+    assert drained.engine.aborted == 1
+    assert drained.lifecycle.exit_code == 0
 
 
 def test_a_second_signal_cuts_the_grace_period_short():

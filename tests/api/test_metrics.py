@@ -154,7 +154,7 @@ def test_requested_swap_checks_are_counted():
 
 
 @pytest.mark.parametrize(
-    "settings, engine_kw, body, status, outcome",
+    ("settings", "engine_kw", "body", "status", "outcome"),
     [
         ({"max_tokens_limit": 512}, {}, {"max_tokens": 1000}, 422, "invalid"),
         ({}, {"max_model_len": 300}, {"responses": ["word " * 400, "x"]}, 413, "too_long"),
@@ -206,7 +206,8 @@ def test_every_metric_named_in_dashboards_and_docs_exists(client: TestClient):
     """The judge's metrics here; the engine's vllm:* ones are checked against a real engine in
     tests/e2e/test_prometheus.py."""
     names = named_metrics()
-    assert DASHBOARDS and {"reflectrm_judgments_total", "vllm:kv_cache_usage_perc"} <= names
+    assert DASHBOARDS
+    assert {"reflectrm_judgments_total", "vllm:kv_cache_usage_perc"} <= names
     samples = scrape(client)
     missing = sorted(n for n in names if n.startswith("reflectrm_") and not exposed(n, samples))
     assert not missing, f"named in the dashboards or docs/metrics.md but not exposed: {missing}"

@@ -171,7 +171,7 @@ async def settle() -> None:
 
 
 @pytest.mark.parametrize(
-    "answer, result",
+    ("answer", "result"),
     [(verdict(2), "consistent"), (verdict(1), "inconsistent"), (verdict(None), "no_verdict")],
 )
 async def test_results(answer: Judgment, result: str):
@@ -198,7 +198,8 @@ async def test_a_stuck_check_times_out_and_frees_its_slot():
     judge = GatedJudge()
     swaps.offer(judge, REQUEST, verdict(1), "r1")  # type: ignore[arg-type]
     await settle()
-    assert judge.cancelled == 1 and swaps.running == 0
+    assert judge.cancelled == 1
+    assert swaps.running == 0
     assert value(counts(metrics), "reflectrm_swap_checks_total", result="error") == 1
 
 
@@ -223,7 +224,8 @@ async def test_bounded_queue_drops_when_full():
     assert value(s, "reflectrm_swap_checks_pending") == 1
     judge.release.set()
     await settle()
-    assert judge.started == 2 and swaps.running == swaps.pending == 0
+    assert judge.started == 2
+    assert swaps.running == swaps.pending == 0
     assert value(counts(metrics), "reflectrm_swap_checks_total", result="consistent") == 2
 
 
@@ -233,7 +235,8 @@ async def test_not_started_while_live_traffic_is_busy():
     judge = GatedJudge()
     swaps.offer(judge, REQUEST, verdict(1), "r1")  # type: ignore[arg-type]
     await settle()
-    assert judge.started == 0 and swaps.pending == 0
+    assert judge.started == 0
+    assert swaps.pending == 0
     assert value(counts(metrics), "reflectrm_swap_checks_dropped_total", reason="busy") == 1
 
 
@@ -244,7 +247,8 @@ async def test_cancelled_when_live_traffic_arrives():
     await settle()
     load.in_flight = 2
     await settle()
-    assert judge.cancelled == 1 and swaps.running == 0
+    assert judge.cancelled == 1
+    assert swaps.running == 0
     assert value(counts(metrics), "reflectrm_swap_checks_dropped_total", reason="preempted") == 1
 
 
@@ -255,7 +259,8 @@ async def test_close_drops_pending_and_cancels_running():
         swaps.offer(judge, REQUEST, verdict(1), f"r{i}")  # type: ignore[arg-type]
     await settle()
     await swaps.close()
-    assert judge.cancelled == 1 and swaps.running == swaps.pending == 0
+    assert judge.cancelled == 1
+    assert swaps.running == swaps.pending == 0
     assert value(counts(metrics), "reflectrm_swap_checks_dropped_total", reason="shutdown") == 3
     assert not swaps.offer(judge, REQUEST, verdict(1), "late")  # type: ignore[arg-type]
     assert value(counts(metrics), "reflectrm_swap_checks_dropped_total", reason="shutdown") == 4

@@ -54,7 +54,9 @@ def test_debias_swap_averages_both_orders(client: TestClient):
     body = client.post("/v1/judge", json={"prompt": Q, "responses": [A, B], **vote(debias="swap")})
     assert body.status_code == 200, body.text
     r = body.json()
-    assert r["debias"] == "swap" and r["scores"] == [0.75, 0.25] and r["winner"] == 1
+    assert r["debias"] == "swap"
+    assert r["scores"] == [0.75, 0.25]
+    assert r["winner"] == 1
     assert r["votes"] == [12, 4]  # both orders' votes, original numbering
     assert r["orders"] == [
         {"first": 1, "winner": 1, "scores": [1.0, 0.0]},
@@ -69,8 +71,11 @@ def test_debias_swap_tie_is_no_verdict():
     # Pure position: the first-shown always gets every vote -> (1, 0) then (0, 1) -> 0.5 each.
     with client_for(ScriptedEngine(stage1=[judgment(1)] * 8)) as c:
         r = c.post("/v1/judge", json={"prompt": Q, "responses": [A, B], "debias": "swap"}).json()
-    assert r["scores"] == [0.5, 0.5] and r["winner"] is None and r["outcome"] == "no_verdict"
-    assert r["consistent"] is False and r["swapped_winner"] == 2
+    assert r["scores"] == [0.5, 0.5]
+    assert r["winner"] is None
+    assert r["outcome"] == "no_verdict"
+    assert r["consistent"] is False
+    assert r["swapped_winner"] == 2
     assert [o["winner"] for o in r["orders"]] == [1, 2]
 
 
@@ -79,8 +84,11 @@ def test_check_swap_keeps_the_first_orders_answer(client: TestClient):
         "/v1/judge", json={"prompt": Q, "responses": [C, A], **vote(check_swap=True)}
     ).json()
     # (C, A): 4 + 1 - 2 + 2 = 5 -> C wins 5/8 in this order; (A, C): 4 + 2 - 1 + 2 = 7 -> A.
-    assert r["debias"] == "none" and r["winner"] == 1 and r["scores"] == [0.625, 0.375]
-    assert r["consistent"] is False and r["swapped_winner"] == 2
+    assert r["debias"] == "none"
+    assert r["winner"] == 1
+    assert r["scores"] == [0.625, 0.375]
+    assert r["consistent"] is False
+    assert r["swapped_winner"] == 2
     assert r["orders"][1] == {"first": 2, "winner": 2, "scores": [0.125, 0.875]}
 
 
@@ -108,12 +116,15 @@ def test_batch_answers_in_order_with_per_item_errors():
     results = body["results"]
     assert [x["index"] for x in results] == [0, 1, 2, 3, 4, 5]
     assert [x["status"] for x in results] == [200, 422, 200, 413, 200, 422]
-    assert body["judged"] == 3 and body["failed"] == 3
-    assert results[0]["result"]["scores"] == [1.0, 0.0] and results[0]["result"]["seed"] == 5
+    assert body["judged"] == 3
+    assert body["failed"] == 3
+    assert results[0]["result"]["scores"] == [1.0, 0.0]
+    assert results[0]["result"]["seed"] == 5
     # (C, A) 5/8 for C, (A, C) 7/8 for A -> C = (5/8 + 1/8) / 2.
     assert results[2]["result"]["scores"] == [0.375, 0.625]
     assert results[4]["result"]["mode"] == "single"
-    assert "responses" in results[1]["detail"] and "at least 2" in results[1]["detail"]
+    assert "responses" in results[1]["detail"]
+    assert "at least 2" in results[1]["detail"]
     assert "1500 tokens" in results[3]["detail"]
     assert "REFLECTRM_MAX_TOKENS_LIMIT" in results[5]["detail"]
     assert results[1]["result"] is None
@@ -141,11 +152,14 @@ def test_batch_item_with_a_seed_equals_the_single_call():
 def test_batch_limits_and_bad_defaults_are_422(client: TestClient):
     with client_for(engine(), max_batch_items=2) as c:
         r = c.post("/v1/judge/batch", json={"items": [{"prompt": Q, "responses": [A, B]}] * 3})
-    assert r.status_code == 422 and "REFLECTRM_MAX_BATCH_ITEMS" in r.json()["detail"]
+    assert r.status_code == 422
+    assert "REFLECTRM_MAX_BATCH_ITEMS" in r.json()["detail"]
     r = client.post("/v1/judge/batch", json={"items": [], "defaults": {}})
-    assert r.status_code == 422 and "at least 1 item" in r.text
+    assert r.status_code == 422
+    assert "at least 1 item" in r.text
     r = client.post("/v1/judge/batch", json={"items": [{}], "defaults": {"mode": "best"}})
-    assert r.status_code == 422 and "defaults" in r.text
+    assert r.status_code == 422
+    assert "defaults" in r.text
 
 
 # --- group rewards -------------------------------------------------------------------------------
@@ -162,12 +176,16 @@ def test_reference_strategy_with_swap(client: TestClient):
     # A vs R: (A,R) 4+2-1+2 = 7 -> 7/8; (R,A) 4+1-2+2 = 5 -> A 3/8: A = 10/16.
     # B vs R: (B,R) 5 -> 5/8; (R,B) 7 -> B 1/8: B = 6/16. C vs R: (C,R) 6/8, (R,C) 2/8: 0.5.
     assert body["rewards"] == [0.625, 0.375, 0.5]
-    assert body["strategy"] == "reference" and body["debias"] == "swap"
-    assert body["judgments"] == 6 and body["usage"]["engine_requests"] == 6
+    assert body["strategy"] == "reference"
+    assert body["debias"] == "swap"
+    assert body["judgments"] == 6
+    assert body["usage"]["engine_requests"] == 6
     comps = body["comparisons"]
     assert [c["pair"] for c in comps] == [[0, "reference"], [1, "reference"], [2, "reference"]]
-    assert comps[0]["winner"] == 0 and comps[1]["winner"] == "reference"
-    assert comps[2]["winner"] is None and comps[2]["outcome"] == "no_verdict"
+    assert comps[0]["winner"] == 0
+    assert comps[1]["winner"] == "reference"
+    assert comps[2]["winner"] is None
+    assert comps[2]["outcome"] == "no_verdict"
     assert comps[0]["orders"][0] == {"first": 0, "winner": 0, "scores": [0.875, 0.125]}
     assert comps[0]["orders"][1] == {
         "first": "reference",
@@ -188,7 +206,8 @@ def test_reference_strategy_without_debias_shows_one_order_drawn_from_the_seed(c
         first = Comparison(i, None, comparison_seed(3, i, None)).a_first
         expected.append(by_order[i][0 if first else 1])
         assert body["comparisons"][i]["orders"][0]["first"] == (i if first else "reference")
-    assert body["rewards"] == expected and body["judgments"] == 3
+    assert body["rewards"] == expected
+    assert body["judgments"] == 3
 
 
 def test_round_robin_is_the_mean_score(client: TestClient):
@@ -196,13 +215,15 @@ def test_round_robin_is_the_mean_score(client: TestClient):
     # (A,B): A 1.0 / 0.5 -> 0.75; (A,C): A 7/8 / 3/8 -> 0.625; (B,C): B 5/8 / 1/8 -> 0.375.
     assert body["rewards"] == [(0.75 + 0.625) / 2, (0.25 + 0.375) / 2, (0.375 + 0.625) / 2]
     assert [c["pair"] for c in body["comparisons"]] == [[0, 1], [0, 2], [1, 2]]
-    assert body["judgments"] == 6 and body["pivot"] is None
+    assert body["judgments"] == 6
+    assert body["pivot"] is None
 
 
 def test_pivot_defaults_to_the_median_length_completion(client: TestClient):
     body = rewards(client, strategy="pivot")
     # Lengths 12, 1, 5: the pivot is C (index 2). A vs C: 0.625; B vs C: 0.375; C: their rest.
-    assert body["pivot"] == 2 and body["rewards"] == [0.625, 0.375, 0.5]
+    assert body["pivot"] == 2
+    assert body["rewards"] == [0.625, 0.375, 0.5]
     assert [c["pair"] for c in body["comparisons"]] == [[0, 2], [1, 2]]
     assert rewards(client, strategy="pivot", pivot=0)["pivot"] == 0
 
@@ -219,12 +240,13 @@ def test_empty_completion_gets_zero_without_a_judgment(client: TestClient):
     r = client.post(
         "/v1/rewards", json={"prompt": Q, "completions": [A, "  "], "reference": R, **vote()}
     ).json()
-    assert r["rewards"] == [0.625, 0.0] and r["completions"][1]["empty"] is True
+    assert r["rewards"] == [0.625, 0.0]
+    assert r["completions"][1]["empty"] is True
     assert r["judgments"] == 2
 
 
 @pytest.mark.parametrize(
-    "extra, needle",
+    ("extra", "needle"),
     [
         ({"strategy": "reference"}, "needs a `reference`"),
         ({"strategy": "round_robin", "reference": R}, "only used by strategy `reference`"),
@@ -239,13 +261,15 @@ def test_empty_completion_gets_zero_without_a_judgment(client: TestClient):
 )
 def test_bad_rewards_requests_are_422_saying_what_to_fix(client: TestClient, extra, needle):
     r = client.post("/v1/rewards", json={"prompt": Q, "completions": [A, B], **extra})
-    assert r.status_code == 422 and needle in r.text
+    assert r.status_code == 422
+    assert needle in r.text
 
 
 def test_group_over_the_limit_and_too_long_completion():
     with client_for(engine(max_model_len=1500), max_group_size=2) as c:
         r = c.post("/v1/rewards", json={"prompt": Q, "completions": [A, B, C]})
-        assert r.status_code == 422 and "REFLECTRM_MAX_GROUP_SIZE" in r.json()["detail"]
+        assert r.status_code == 422
+        assert "REFLECTRM_MAX_GROUP_SIZE" in r.json()["detail"]
         long = " ".join(["word"] * 1000)
         r = c.post(
             "/v1/rewards", json={"prompt": Q, "completions": [A, long], "reference": R, **vote()}
@@ -269,7 +293,8 @@ def test_get_reward_judges_the_response_against_the_label(client: TestClient):
     r = client.post("/get_reward?mode=vote&seed=3", json=openrlhf_payload(A))
     assert r.status_code == 200, r.text
     body = r.json()
-    assert body["rewards"] == [0.625] and body["scores"] == [0.625]
+    assert body["rewards"] == [0.625]
+    assert body["scores"] == [0.625]
     logs = body["extra_logs"]
     assert logs["judge_reward_first_order"] == [0.875]
     assert logs["judge_reward_second_order"] == [0.375]
@@ -281,13 +306,15 @@ def test_get_reward_judges_the_response_against_the_label(client: TestClient):
 def test_get_reward_no_verdict_is_neutral_and_empty_is_zero():
     with client_for(ScriptedEngine(stage1=[judgment(None)] * 8)) as c:
         body = c.post("/get_reward", json=openrlhf_payload(A)).json()
-        assert body["rewards"] == [0.5] and body["extra_logs"]["judge_no_verdict"] == [1.0]
+        assert body["rewards"] == [0.5]
+        assert body["extra_logs"]["judge_no_verdict"] == [1.0]
         body = c.post("/get_reward", json=openrlhf_payload("")).json()
-        assert body["rewards"] == [0.0] and body["extra_logs"]["judge_no_verdict"] == [0.0]
+        assert body["rewards"] == [0.0]
+        assert body["extra_logs"]["judge_no_verdict"] == [0.0]
 
 
 @pytest.mark.parametrize(
-    "payload, query, needle",
+    ("payload", "query", "needle"),
     [
         ({"query": ["Something else"], "prompts": [PROMPT], "labels": [R]}, "", "does not start"),
         (openrlhf_payload(A, label=""), "", "no label"),
@@ -299,7 +326,8 @@ def test_get_reward_no_verdict_is_neutral_and_empty_is_zero():
 )
 def test_get_reward_bad_input_is_422(client: TestClient, payload, query, needle):
     r = client.post("/get_reward" + query, json=payload)
-    assert r.status_code == 422 and needle in r.text
+    assert r.status_code == 422
+    assert needle in r.text
 
 
 def test_get_reward_reply_as_openrlhf_reads_it():

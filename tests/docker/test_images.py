@@ -106,7 +106,8 @@ def test_service_image_is_unprivileged_and_keeps_no_wheels(docker: Docker, servi
         "ls /opt/reflectrm/cache/models/*/; id -u",
     ).stdout.split()
     assert not [line for line in listing if line.endswith(".whl") or "/.cache/pip" in line]
-    assert "model.safetensors" in listing and "config.json" in listing
+    assert "model.safetensors" in listing
+    assert "config.json" in listing
     assert listing[-1] == "10001"
 
 
@@ -195,8 +196,10 @@ def test_compose_stack_judges_is_scraped_and_stops_cleanly(docker: Docker, stack
     r = httpx.post(f"{stack.judge_url}/v1/judge", json=PAIR, timeout=600)
     assert r.status_code == 200, r.text
     body = r.json()
-    assert body["usage"]["generated_tokens"] > 0 and body["usage"]["engine_requests"] >= 1
-    assert body["winner"] in (1, 2, None) and body["model"]
+    assert body["usage"]["generated_tokens"] > 0
+    assert body["usage"]["engine_requests"] >= 1
+    assert body["winner"] in (1, 2, None)
+    assert body["model"]
     print(f"judgment in {body['latency_ms'] / 1000:.1f} s: {body['outcome']}", file=sys.stderr)
 
     # Unprivileged, with a writable cache volume.
@@ -235,7 +238,8 @@ def test_compose_stack_judges_is_scraped_and_stops_cleanly(docker: Docker, stack
     print(f"docker stop took {time.monotonic() - stopping:.1f} s", file=sys.stderr)
     stopped = state(docker, stack.judge)
     assert stopped["Status"] == "exited"
-    assert stopped["ExitCode"] == 0 and not stopped["OOMKilled"], stopped
+    assert stopped["ExitCode"] == 0, stopped
+    assert not stopped["OOMKilled"], stopped
     left = {pid: args for pid, args in processes.items() if Path(f"/proc/{pid}").exists()}
     assert not left, f"processes left after docker stop: {left}"
 
@@ -290,7 +294,8 @@ def test_training_image_helps_and_builds_data(
     docker: Docker, train_image: str, containers: Containers, tmp_path: Path
 ):
     shown = docker("run", "--rm", train_image).stdout
-    assert "build-data" in shown and "grpo" in shown
+    assert "build-data" in shown
+    assert "grpo" in shown
 
     pairs = SHARED_DATA / "train" / "pandalm_human_testset.jsonl.gz"
     if not pairs.is_file():

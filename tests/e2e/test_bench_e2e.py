@@ -31,7 +31,8 @@ def test_vllm_serve_flags_parse_to_the_services_engine_arguments():
             assert parsed[name] == [value]
         else:
             assert parsed[name] == value, name
-    assert parsed["enable_prompt_tokens_details"] is True and parsed["port"] == 8999
+    assert parsed["enable_prompt_tokens_details"] is True
+    assert parsed["port"] == 8999
 
 
 def test_bench_smoke_measures_every_contender(live, tmp_path):
@@ -63,16 +64,20 @@ def test_bench_smoke_measures_every_contender(live, tmp_path):
     for name, points in summary["points"].items():
         for level in ("1", "2"):
             p = points[level]
-            assert p["judgments"] == 2 and p["failed"] == 0, (name, level, p["errors"])
-            assert p["tokens"]["generated_tokens"] > 0 and p["judgments_per_s"] > 0
+            assert p["judgments"] == 2, (name, level, p["errors"])
+            assert p["failed"] == 0, (name, level, p["errors"])
+            assert p["tokens"]["generated_tokens"] > 0
+            assert p["judgments_per_s"] > 0
             assert p["latency_ms"]["p50"] <= p["latency_ms"]["p95"] <= p["latency_ms"]["max"]
     # Stage 1 is one request for the careful peer and eight for the naive one.
     careful = summary["points"]["peer"]["1"]["by_stage"]["rollouts"]
     naive = summary["points"]["naive"]["1"]["by_stage"]["rollouts"]
-    assert careful["requests"] == 2 and naive["requests"] == 16
+    assert careful["requests"] == 2
+    assert naive["requests"] == 16
     assert set(summary["ratios"]["service"]) == {"service/limit", "service/peer", "service/naive"}
     records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
-    assert len(records) == 4 * 2 * 2 and all(r["ok"] for r in records)
+    assert len(records) == 4 * 2 * 2
+    assert all(r["ok"] for r in records)
     assert (out / "chart.png").read_bytes()[:4] == b"\x89PNG"
     assert "| service/limit |" in (out / "report.md").read_text()
     assert (out / "vllm-serve.log").is_file()

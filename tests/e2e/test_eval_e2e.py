@@ -56,10 +56,12 @@ def test_eval_in_process_scores_and_rescores(engine, live, tmp_path):
     assert pending(units, (r.key for r in loaded.records)) == []
     for r in loaded.records:
         assert r.status in ("verdict", "no_verdict"), r.error
-        assert r.generated_tokens > 0 and r.latency_ms > 0
+        assert r.generated_tokens > 0
+        assert r.latency_ms > 0
         if r.mode == "reflect":
             # early_exit is off in the e2e settings: stage 1 plus one reflection per non-anchor.
-            assert r.engine_requests == 1 + (r.outputs - 4) and r.outputs >= 4
+            assert r.engine_requests == 1 + (r.outputs - 4)
+            assert r.outputs >= 4
 
     built = report.build(loaded, path, resamples=100, seed=0)
     for metric in ("accuracy", "consistency", "agreement"):
@@ -108,7 +110,8 @@ def test_eval_command_through_the_service(live, tmp_path):
     assert len(loaded.records) == 4  # 1 pair x 2 orders x 2 modes
     for r in loaded.records:
         assert r.status in ("verdict", "no_verdict")
-        assert r.engine_requests == 1 and r.prompt_tokens > 0
+        assert r.engine_requests == 1
+        assert r.prompt_tokens > 0
     assert (out / "report.md").read_text().count("JudgeBench") >= 2
     # This service does not allow ablations: naming one stops the command before judging.
     refused = tmp_path / "ablation"
@@ -127,4 +130,5 @@ def test_http_backend_reports_service_errors_as_records(live, tmp_path):
             return await HttpBackend(client, live.url).judge(unit, "too-long")
 
     out = asyncio.run(go())
-    assert out.status == "error" and out.error.startswith("http_413")
+    assert out.status == "error"
+    assert out.error.startswith("http_413")

@@ -30,7 +30,8 @@ def check_common(body: dict) -> None:
 
 def test_ready(client: httpx.Client):
     r = client.get("/ready")
-    assert r.status_code == 200 and r.json()["status"] == "ready"
+    assert r.status_code == 200
+    assert r.json()["status"] == "ready"
 
 
 def test_reflect_mode_trace(client: httpx.Client):
@@ -63,11 +64,13 @@ def test_reflect_mode_trace(client: httpx.Client):
 def test_single_and_vote_modes(client: httpx.Client):
     single = client.post("/v1/judge", json={**PAIR, "mode": "single", "return_trace": True}).json()
     check_common(single)
-    assert len(single["trace"]["candidates"]) == 1 and single["usage"]["engine_requests"] == 1
+    assert len(single["trace"]["candidates"]) == 1
+    assert single["usage"]["engine_requests"] == 1
     vote = client.post("/judge", json={**PAIR, "mode": "vote", "seed": 3, "return_trace": True})
     body = vote.json()
     check_common(body)
-    assert len(body["trace"]["candidates"]) == 8 and body["trace"]["reflections"] == []
+    assert len(body["trace"]["candidates"]) == 8
+    assert body["trace"]["reflections"] == []
     assert sum(body["votes"]) == sum(c["parsed"] for c in body["trace"]["candidates"])
 
 
@@ -129,7 +132,8 @@ def test_cli_judge_against_the_service(live):
         check=True,
     )
     body = json.loads(out.stdout)
-    assert body["mode"] == "single" and body["winner"] in (1, 2, None)
+    assert body["mode"] == "single"
+    assert body["winner"] in (1, 2, None)
 
 
 def test_client_disconnect_aborts_the_engine_requests(live):

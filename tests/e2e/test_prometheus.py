@@ -114,7 +114,8 @@ def _ready(url: str) -> bool:
 def _vector(prometheus: str, expr: str) -> list[dict[str, Any]]:
     r = httpx.get(f"{prometheus}/api/v1/query", params={"query": expr}, timeout=30)
     body = r.json()
-    assert r.status_code == 200 and body["status"] == "success", (expr, body)
+    assert r.status_code == 200, (expr, body)
+    assert body["status"] == "success", (expr, body)
     result: list[dict[str, Any]] = body["data"]["result"]
     return result
 

@@ -97,7 +97,8 @@ def assert_whole(body: dict[str, Any], num_candidates: int) -> None:
     assert len(trace["candidates"]) == num_candidates
     parsed = [c for c in trace["candidates"] if c["parsed"]]
     if not parsed:
-        assert body["outcome"] == "no_verdict" and body["winner"] is None
+        assert body["outcome"] == "no_verdict"
+        assert body["winner"] is None
         return
     assert body["outcome"] == "verdict"
     if len({c["verdict"] for c in parsed}) > 1 or not body["early_exit"]:
@@ -151,7 +152,8 @@ async def test_the_output_regex_is_applied_and_the_removed_field_would_not_be(fl
     assert len(result.generations) == 2
     for g in result.generations:
         assert re.fullmatch("ZQ[0-9]{4}", g.text), g.text
-        assert g.finish_reason == "stop" and len(g.token_logprobs) == g.num_tokens >= 2
+        assert g.finish_reason == "stop"
+        assert len(g.token_logprobs) == g.num_tokens >= 2
     assert result.prompt_tokens == prompt.num_tokens
     # The same request with vLLM's removed field: answered 200, and not constrained at all.
     body = {
@@ -181,7 +183,8 @@ async def test_a_greedy_single_judgment_equals_the_in_process_one(
     async with remote(fleet.replicas[0].url) as fleet_engine:
         served = await Judge(fleet_engine, config).judge(request, "remote")
     (a,), (b,) = local.trace.candidates, served.trace.candidates
-    assert b.text == a.text and b.num_tokens == a.num_tokens
+    assert b.text == a.text
+    assert b.num_tokens == a.num_tokens
     assert (served.winner, served.votes, served.analysis) == (
         local.winner,
         local.votes,
@@ -294,7 +297,8 @@ def test_a_fleet_that_is_down_answers_503_and_not_ready(fleet: Fleet, judge_serv
     fleet.router.stop()
     with httpx.Client(base_url=judge_service.url, timeout=120) as client:
         ready = client.get("/ready")
-        assert ready.status_code == 503 and "unreachable" in ready.json()["detail"]
+        assert ready.status_code == 503
+        assert "unreachable" in ready.json()["detail"]
         response = client.post("/v1/judge", json=judge_body(0))
         assert response.status_code == 503
         assert "cannot connect" in response.json()["detail"]

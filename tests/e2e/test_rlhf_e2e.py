@@ -26,8 +26,10 @@ def test_rewards_round_robin_on_the_real_engine(client: httpx.Client):
     r = client.post("/v1/rewards", json=body)
     assert r.status_code == 200, r.text
     out = r.json()
-    assert out["strategy"] == "round_robin" and out["debias"] == "swap"
-    assert out["judgments"] == 6 and len(out["comparisons"]) == 3
+    assert out["strategy"] == "round_robin"
+    assert out["debias"] == "swap"
+    assert out["judgments"] == 6
+    assert len(out["comparisons"]) == 3
     assert out["usage"]["engine_requests"] == 6  # single mode: one engine request per order
     for reward in out["rewards"]:
         assert reward is None or 0.0 <= reward <= 1.0
@@ -63,7 +65,8 @@ def test_get_reward_for_openrlhf(client: httpx.Client):
     r = client.post("/get_reward?mode=single", json=payload)
     assert r.status_code == 200, r.text
     out = r.json()
-    assert len(out["rewards"]) == 1 and 0.0 <= out["rewards"][0] <= 1.0
+    assert len(out["rewards"]) == 1
+    assert 0.0 <= out["rewards"][0] <= 1.0
     assert out["scores"] == out["rewards"]
     assert set(out["extra_logs"]) >= {"judge_consistent", "judge_no_verdict"}
 

@@ -39,7 +39,8 @@ def test_build_train_export_and_serve(engine: ForwardingEngine, tmp_path: Path) 
     stats = asyncio.run(
         build(engine, pairs, BuildConfig(samples_per_pair=4, max_tokens=32, seed=1), data)
     )
-    assert stats.judged == len(QUESTIONS) and stats.judgments == 4 * len(QUESTIONS)
+    assert stats.judged == len(QUESTIONS)
+    assert stats.judgments == 4 * len(QUESTIONS)
     items = read_items(data / TRAIN_FILE)
     assert len(items) == stats.preference_used + stats.reflection_used >= 2
 

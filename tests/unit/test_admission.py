@@ -9,10 +9,10 @@ import pytest
 from reflectrm.serving.admission import (
     DEFAULT_RETRY_AFTER_S,
     Admission,
-    ClientGone,
-    Closed,
-    DeadlineExceeded,
-    Overloaded,
+    ClientGoneError,
+    ClosedError,
+    DeadlineExceededError,
+    OverloadedError,
     until_disconnected,
 )
 
@@ -57,7 +57,7 @@ async def test_a_full_queue_refuses_at_once_with_the_default_retry_after():
     async def never() -> None:
         work_started.append(True)
 
-    with pytest.raises(Overloaded) as refused:
+    with pytest.raises(OverloadedError) as refused:
         await admission.admitted(never(), deadline_s=30)
     assert refused.value.retry_after_s == DEFAULT_RETRY_AFTER_S  # no completion measured yet
     assert "REFLECTRM_MAX_QUEUED_JUDGMENTS" in str(refused.value)
@@ -72,9 +72,10 @@ async def test_a_wait_past_the_queue_timeout_is_refused_and_leaves_the_queue():
     log: list[str] = []
     first = asyncio.create_task(hold(admission, release, log, "a"))
     await settle()
-    with pytest.raises(Overloaded, match="REFLECTRM_QUEUE_TIMEOUT_S"):
+    with pytest.raises(OverloadedError, match="REFLECTRM_QUEUE_TIMEOUT_S"):
         await hold(admission, release, log, "late")
-    assert admission.queued == 0 and log == ["start a"]
+    assert admission.queued == 0
+    assert log == ["start a"]
     release.set()
     assert await first == "a"
     assert admission.in_flight == 0
@@ -127,9 +128,10 @@ async def test_the_deadline_counts_from_admission_and_cancels_the_work():
             cancelled.append(True)
             raise
 
-    with pytest.raises(DeadlineExceeded, match="REFLECTRM_REQUEST_TIMEOUT_S"):
+    with pytest.raises(DeadlineExceededError, match="REFLECTRM_REQUEST_TIMEOUT_S"):
         await admission.admitted(slow(), deadline_s=0.05)
-    assert cancelled == [True] and admission.in_flight == 0
+    assert cancelled == [True]
+    assert admission.in_flight == 0
 
 
 async def test_closing_refuses_queued_and_new_callers():
@@ -140,9 +142,9 @@ async def test_closing_refuses_queued_and_new_callers():
     waiting = asyncio.create_task(hold(admission, release, log, "b"))
     await settle()
     admission.close("shutting down")
-    with pytest.raises(Closed, match="shutting down"):
+    with pytest.raises(ClosedError, match="shutting down"):
         await waiting
-    with pytest.raises(Closed, match="shutting down"):
+    with pytest.raises(ClosedError, match="shutting down"):
         await hold(admission, release, log, "c")
     release.set()
     assert await first == "a"  # admitted before the close: it finishes
@@ -167,16 +169,16 @@ async def test_abort_ends_admitted_work_with_closed_and_frees_every_slot():
     assert (admission.in_flight, admission.queued) == (2, 1)
     assert admission.abort("the engine stopped") == 2
     for task in [*running, queued]:
-        with pytest.raises(Closed, match="the engine stopped"):
+        with pytest.raises(ClosedError, match="the engine stopped"):
             await task
     assert sorted(cancelled) == ["a", "b"]  # "c" never started
     assert (admission.in_flight, admission.queued) == (0, 0)
-    with pytest.raises(Closed):
+    with pytest.raises(ClosedError):
         await admission.admitted(forever("d"), deadline_s=3600)
 
 
 async def test_a_caller_cancelled_after_an_abort_stays_cancelled():
-    # Cancellation from outside (a disconnect) is not turned into Closed.
+    # Cancellation from outside (a disconnect) is not turned into ClosedError.
     admission = Admission(max_in_flight=1, max_queued=5, queue_timeout_s=30)
     admission._aborted = "stopping"  # an earlier abort; this call was admitted before it
 
@@ -204,6 +206,6 @@ async def test_a_disconnected_client_has_its_work_cancelled():
     async def gone() -> bool:
         return True
 
-    with pytest.raises(ClientGone):
+    with pytest.raises(ClientGoneError):
         await until_disconnected(slow(), gone, poll_s=0.01)
     assert cancelled == [True]

@@ -80,7 +80,9 @@ def test_one_stage1_request_with_n_candidates():
     eng = ScriptedEngine(stage1=[judgment(1, f"a{i}", conf_logprobs(-1.0 - i)) for i in range(8)])
     run(eng, req())
     (text, spec), *rest = eng.calls
-    assert spec.n == 8 and spec.temperature == 1.0 and spec.seed == 0
+    assert spec.n == 8
+    assert spec.temperature == 1.0
+    assert spec.seed == 0
     assert "# Responses for Judgment" in text
     assert rest == []  # unanimous: early exit, no reflections
 
@@ -109,11 +111,16 @@ def test_anchor_from_logprobs_and_order_mapping_seed0():
     ]
     # the prompts really showed the candidate in that slot
     texts = [c[0] for c in eng.reflection_calls]
-    assert "[Critique 1]\na2\n" in texts[0] and "[Critique 2]\na0\n" in texts[0]
-    assert "[Critique 1]\na3\n" in texts[2] and "[Critique 2]\na2\n" in texts[2]
+    assert "[Critique 1]\na2\n" in texts[0]
+    assert "[Critique 2]\na0\n" in texts[0]
+    assert "[Critique 1]\na3\n" in texts[2]
+    assert "[Critique 2]\na2\n" in texts[2]
     assert [r.beats_anchor for r in t.reflections] == [True, True, True, False, False, False, False]
-    assert t.winner_group == (0, 1, 3) and not t.anchor_added
-    assert j.winner == 2 and j.votes == (0, 3) and j.scores == (0.0, 1.0)
+    assert t.winner_group == (0, 1, 3)
+    assert not t.anchor_added
+    assert j.winner == 2
+    assert j.votes == (0, 3)
+    assert j.scores == (0.0, 1.0)
     assert j.analysis == "a1"  # the most confident voter agreeing with the winner
     assert j.usage.engine_requests == 8
     assert all(spec.temperature == 0.0 and spec.n == 1 for _, spec in eng.reflection_calls)
@@ -128,7 +135,8 @@ def test_seed_changes_order_but_mapping_stays_right():
     j = run(eng, req(seed=7))
     assert [r.candidate_position for r in j.trace.reflections] == [1, 1, 2, 1, 2, 1, 1]
     assert j.trace.winner_group == (5,)
-    assert j.winner == 2 and j.votes == (0, 1)
+    assert j.winner == 2
+    assert j.votes == (0, 1)
 
 
 def test_empty_winner_group_falls_back_to_anchor():
@@ -141,9 +149,12 @@ def test_empty_winner_group_falls_back_to_anchor():
         reflect=prefers(anchor="a1"),  # the anchor (c1) always wins
     )
     j = run(eng, req(num_candidates=3))
-    assert j.trace.anchor == 1 and j.trace.winner_group == ()
-    assert j.trace.anchor_added and j.trace.voters == (1,)
-    assert j.winner == 1 and j.scores == (1.0, 0.0)
+    assert j.trace.anchor == 1
+    assert j.trace.winner_group == ()
+    assert j.trace.anchor_added
+    assert j.trace.voters == (1,)
+    assert j.winner == 1
+    assert j.scores == (1.0, 0.0)
 
 
 def test_tied_winner_group_adds_anchor():
@@ -157,9 +168,11 @@ def test_tied_winner_group_adds_anchor():
         reflect=prefers("a1", "a2"),
     )
     j = run(eng, req(num_candidates=4))
-    assert j.trace.winner_group == (1, 2) and j.trace.anchor_added
+    assert j.trace.winner_group == (1, 2)
+    assert j.trace.anchor_added
     assert j.trace.voters == (0, 1, 2)
-    assert j.winner == 1 and j.votes == (2, 1)
+    assert j.winner == 1
+    assert j.votes == (2, 1)
     assert j.scores == pytest.approx((2 / 3, 1 / 3))
 
 
@@ -174,8 +187,10 @@ def test_winners_can_overrule_the_anchor():
         reflect=lambda c1, c2: 2 if c1 == "a0" else 1,
     )
     j = run(eng, req(num_candidates=4))
-    assert j.trace.winner_group == (1, 2, 3) and not j.trace.anchor_added
-    assert j.winner == 2 and j.scores == (0.0, 1.0)
+    assert j.trace.winner_group == (1, 2, 3)
+    assert not j.trace.anchor_added
+    assert j.winner == 2
+    assert j.scores == (0.0, 1.0)
 
 
 def test_unparseable_outputs_never_anchor_vote_or_reflect():
@@ -191,7 +206,8 @@ def test_unparseable_outputs_never_anchor_vote_or_reflect():
     assert [c.parse_error for c in j.trace.candidates] == ["truncated", "no_result", None, None]
     assert j.trace.anchor == 2
     assert [r.candidate for r in j.trace.reflections] == [3]
-    assert j.trace.winner_group == (3,) and j.winner == 2
+    assert j.trace.winner_group == (3,)
+    assert j.winner == 2
     assert j.stage1_parse_failures == 2
 
 
@@ -204,14 +220,17 @@ def test_unparseable_reflection_is_not_a_win():
     j = run(eng, req(num_candidates=3))
     assert all(r.verdict is None and not r.beats_anchor for r in j.trace.reflections)
     assert j.reflection_parse_failures == 2
-    assert j.trace.anchor_added and j.winner == 1
+    assert j.trace.anchor_added
+    assert j.winner == 1
 
 
 def test_no_verdict_when_nothing_parses():
     eng = ScriptedEngine(stage1=[judgment(None, f"a{i}") for i in range(8)])
     j = run(eng, req())
-    assert j.outcome == "no_verdict" and j.winner is None
-    assert j.scores == (0.5, 0.5) and j.votes == (0, 0)
+    assert j.outcome == "no_verdict"
+    assert j.winner is None
+    assert j.scores == (0.5, 0.5)
+    assert j.votes == (0, 0)
     assert len(eng.calls) == 1
 
 
@@ -219,10 +238,14 @@ def test_unanimous_early_exit_and_switch_off():
     gens = [judgment(2, f"a{i}", conf_logprobs(-1.0 - i)) for i in range(3)] + [judgment(None)]
     eng = ScriptedEngine(stage1=gens, reflect=prefers("a1"))
     j = run(eng, req(num_candidates=4))
-    assert j.early_exit and j.winner == 2 and j.votes == (0, 3) and len(eng.calls) == 1
+    assert j.early_exit
+    assert j.winner == 2
+    assert j.votes == (0, 3)
+    assert len(eng.calls) == 1
     eng2 = ScriptedEngine(stage1=gens, reflect=prefers("a1"))
     j2 = run(eng2, req(num_candidates=4), early_exit=False)
-    assert not j2.early_exit and len(eng2.reflection_calls) == 2
+    assert not j2.early_exit
+    assert len(eng2.reflection_calls) == 2
     assert j2.winner == 2  # same verdict, more tokens
 
 
@@ -241,8 +264,12 @@ def test_single_mode_is_one_greedy_output():
     eng = ScriptedEngine(stage1=[judgment(2, "only")])
     j = run(eng, req(mode="single"))
     ((_, spec),) = eng.calls
-    assert spec.n == 1 and spec.temperature == 0.0 and spec.seed is None
-    assert j.winner == 2 and j.scores == (0.0, 1.0) and j.analysis == "only"
+    assert spec.n == 1
+    assert spec.temperature == 0.0
+    assert spec.seed is None
+    assert j.winner == 2
+    assert j.scores == (0.0, 1.0)
+    assert j.analysis == "only"
 
 
 def test_vote_mode_majority_and_tie_break_by_confidence():
@@ -252,17 +279,22 @@ def test_vote_mode_majority_and_tie_break_by_confidence():
     ]
     eng = ScriptedEngine(stage1=gens[:3])
     j = run(eng, req(mode="vote", num_candidates=3))
-    assert j.winner == 2 and j.votes == (1, 2) and len(eng.calls) == 1
+    assert j.winner == 2
+    assert j.votes == (1, 2)
+    assert len(eng.calls) == 1
     eng = ScriptedEngine(stage1=gens)
     j = run(eng, req(mode="vote", num_candidates=4))
-    assert j.votes == (2, 2) and j.scores == (0.5, 0.5) and j.winner == 1  # c3 most confident
+    assert j.votes == (2, 2)
+    assert j.scores == (0.5, 0.5)
+    assert j.winner == 1
 
 
 def test_format_enforcement_regex_and_switch():
     eng = ScriptedEngine(stage1=[judgment(1)] * 8)
     run(eng, req(max_tokens=100))
     regex = eng.calls[0][1].regex
-    assert regex is not None and "{1,76}" in regex  # 100 - 24 reserved for the verdict
+    assert regex is not None
+    assert "{1,76}" in regex
     assert "Response 1 is better than Response 2" in regex
     eng = ScriptedEngine(stage1=[judgment(1)] * 8)
     run(eng, req(), enforce_format=False)
@@ -303,11 +335,14 @@ def test_ablations():
     ]
     eng = ScriptedEngine(stage1=gens, reflect=prefers("a0"))
     j = run(eng, req(num_candidates=4, ablation="anchor_only"))
-    assert j.winner == 1 and j.trace.reflections == () and j.trace.voters == (0,)
+    assert j.winner == 1
+    assert j.trace.reflections == ()
+    assert j.trace.voters == (0,)
     eng = ScriptedEngine(stage1=gens, reflect=prefers("a3"))
     j = run(eng, req(num_candidates=4, ablation="random_winners", seed=0))
     assert len(j.trace.winner_group) == 1  # same size as the real winner group {3}
     # random anchor: seed 0 draws rng.choice over 4 parsed -> index int(0.844 * 4) = 3
     eng = ScriptedEngine(stage1=gens, reflect=lambda c1, c2: 1)
     j = run(eng, req(num_candidates=4, ablation="random_anchor", seed=0))
-    assert j.trace.anchor in (0, 1, 2, 3) and len(j.trace.reflections) == 3
+    assert j.trace.anchor in (0, 1, 2, 3)
+    assert len(j.trace.reflections) == 3

@@ -97,7 +97,8 @@ async def test_client_judge_reaches_the_services_verdict_with_the_same_requests(
     assert [c[1].priority for c in service_engine.calls] == [0] + [REFLECTION_PRIORITY] * 7
     unprioritized = [(t, dataclasses.replace(s, priority=0)) for t, s in service_engine.calls]
     assert client_engine.calls == unprioritized
-    assert got.stages[ROLLOUTS].requests == 1 and got.stages[REFLECTIONS].requests == 7
+    assert got.stages[ROLLOUTS].requests == 1
+    assert got.stages[REFLECTIONS].requests == 7
     assert got.usage.generated_tokens == expected.usage.generated_tokens == 15 * 10
     assert got.usage.prompt_tokens == expected.usage.prompt_tokens
 
@@ -105,10 +106,13 @@ async def test_client_judge_reaches_the_services_verdict_with_the_same_requests(
 async def test_early_exit_when_every_verdict_agrees_and_the_careful_peer_reflects_anyway():
     gens = [judgment(1, f"a{i}", (-0.1 * (i + 1),) * 10) for i in range(8)]
     exits = await client_of(ScriptedEngine(stage1=list(gens)), Strategy()).judge(BODY, "x")
-    assert exits.early_exit and exits.winner == 1 and exits.scores == (1.0, 0.0)
+    assert exits.early_exit
+    assert exits.winner == 1
+    assert exits.scores == (1.0, 0.0)
     assert set(exits.stages) == {ROLLOUTS}
     full = await client_of(ScriptedEngine(stage1=list(gens)), bench_careful()).judge(BODY, "x")
-    assert not full.early_exit and full.winner == 1
+    assert not full.early_exit
+    assert full.winner == 1
     assert full.stages[REFLECTIONS].requests == 7
 
 
@@ -136,8 +140,10 @@ async def test_naive_strategy_asks_one_sample_per_request_with_the_childrens_see
         BODY, "x"
     )
     stage1 = [a for a in asked if a.temperature > 0]
-    assert [a.seed for a in stage1] == list(range(11, 19)) and {a.n for a in stage1} == {1}
-    assert naive.stages[ROLLOUTS].requests == 8 and naive.stages[ROLLOUTS].prompt_tokens == 40
+    assert [a.seed for a in stage1] == list(range(11, 19))
+    assert {a.n for a in stage1} == {1}
+    assert naive.stages[ROLLOUTS].requests == 8
+    assert naive.stages[ROLLOUTS].prompt_tokens == 40
     asked.clear()
     careful = await ClientJudge(lambda m: m[-1]["content"], generate, bench_careful()).judge(
         BODY, "x"
@@ -150,10 +156,15 @@ def test_completions_request_and_reply():
     gen = CompletionsGenerate(httpx.AsyncClient(), "m", cache_salt="naive")
     ask = Ask("prompt text", 8, 1.0, 64, 7, regex_for(RESPONSE_VERDICTS, 64))
     body = gen.body(ask)
-    assert body["n"] == 8 and body["seed"] == 7 and body["logprobs"] == 0
-    assert body["structured_outputs"] == {"regex": ask.regex} and "{1,40}" in ask.regex
-    assert body["stop"] == ["</Result>"] and body["include_stop_str_in_output"] is True
-    assert body["add_special_tokens"] is False and body["cache_salt"] == "naive"
+    assert body["n"] == 8
+    assert body["seed"] == 7
+    assert body["logprobs"] == 0
+    assert body["structured_outputs"] == {"regex": ask.regex}
+    assert "{1,40}" in ask.regex
+    assert body["stop"] == ["</Result>"]
+    assert body["include_stop_str_in_output"] is True
+    assert body["add_special_tokens"] is False
+    assert body["cache_salt"] == "naive"
     reply = reply_of(
         {
             "choices": [
@@ -178,10 +189,8 @@ def test_completions_request_and_reply():
         }
     )
     assert [o.text for o in reply.outputs] == ["a", "b"]
-    assert (
-        reply.outputs[0].token_logprobs == (-0.1, -0.2)
-        and reply.outputs[1].finish_reason == "length"
-    )
+    assert reply.outputs[0].token_logprobs == (-0.1, -0.2)
+    assert reply.outputs[1].finish_reason == "length"
     assert (reply.prompt_tokens, reply.cached_prompt_tokens) == (30, 16)
 
 
@@ -214,7 +223,8 @@ async def test_service_contender_reads_the_judge_response():
         async with httpx.AsyncClient(transport=transport, base_url="http://svc") as client:
             verdict = await Service("service", client).judge(BODY, "req-1")
             assert (verdict.winner, verdict.scores, verdict.early_exit) == (2, (0.0, 1.0), False)
-            assert verdict.usage.requests == 8 and verdict.usage.generated_tokens == 150
+            assert verdict.usage.requests == 8
+            assert verdict.usage.generated_tokens == 150
             with pytest.raises(Exception, match="HTTP 422"):
                 await Service("service", client).judge({**BODY, "responses": ["x"]}, "req-2")
 
@@ -252,7 +262,9 @@ def test_smoke_options_and_variants():
             "prio:REFLECTRM_X=1,REFLECTRM_Y=2",
         ]
     )
-    assert args.levels == [1, 2] and args.counts == [2, 2] and args.max_tokens == 16
+    assert args.levels == [1, 2]
+    assert args.counts == [2, 2]
+    assert args.max_tokens == 16
     assert args.variants == {"prio": {"REFLECTRM_X": "1", "REFLECTRM_Y": "2"}}
     assert bench.kind_of("prio", args) == "service"
     with pytest.raises(SystemExit):
@@ -322,9 +334,12 @@ def test_report_throughput_ratios_savings_and_targets(tmp_path: Path):
     s = bench_report.summarize(records, blocks, contenders)
 
     limit16, service16 = s["points"]["limit"]["16"], s["points"]["service"]["16"]
-    assert limit16["judgments_per_s"] == 2 / 4.0 and service16["judgments_per_s"] == 2 / 5.0
-    assert service16["failed"] == 1 and service16["judgments"] == 2
-    assert service16["latency_ms"]["p50"] == 1000 and service16["latency_ms"]["p95"] == 2000
+    assert limit16["judgments_per_s"] == 2 / 4.0
+    assert service16["judgments_per_s"] == 2 / 5.0
+    assert service16["failed"] == 1
+    assert service16["judgments"] == 2
+    assert service16["latency_ms"]["p50"] == 1000
+    assert service16["latency_ms"]["p95"] == 2000
     # limit at c=16: one early exit (180 generated) and one full judgment (150): 330 tokens / 4 s
     assert limit16["generated_tokens_per_s"] == (80 + 150) / 4.0
     assert limit16["by_stage"]["reflections"]["cached_share"] == 0.5
@@ -337,7 +352,8 @@ def test_report_throughput_ratios_savings_and_targets(tmp_path: Path):
     assert s["ratios"]["service"]["service/peer"]["1"] == pytest.approx(12 / 10)
     assert s["gains"]["service"]["gain"] == pytest.approx((2 / 5) / (2 / 10))
     saved = s["early_exit_savings"]["service"]
-    assert saved["early_exits"] == 2 and saved["saved"]["generated_tokens"] == 2 * 70
+    assert saved["early_exits"] == 2
+    assert saved["saved"]["generated_tokens"] == 2 * 70
     assert saved["saved_share"]["generated_tokens"] == pytest.approx(140 / (4 * 150))
     assert s["agreement"]["service"]["same_winner"] == 4
     targets = {t["target"]: t for t in s["targets"]}
@@ -348,7 +364,8 @@ def test_report_throughput_ratios_savings_and_targets(tmp_path: Path):
     assert targets["service gain c=1->16 / limit gain >= 0.9"]["value"] == pytest.approx(2.0 / 2.5)
 
     text = bench_report.markdown(s, contenders)
-    assert "| 16 | service | 2 | 0.400 |" in text and "| service/limit | 1.00 | 0.80 |" in text
+    assert "| 16 | service | 2 | 0.400 |" in text
+    assert "| service/limit | 1.00 | 0.80 |" in text
     assert "no, 0.17 short" in text
     assert "| 16 | limit | 0.50 | 3.00 | 0.00 | 3.50 |" in text
     bench_report.chart(s, contenders, tmp_path / "chart.png", "test")

@@ -85,4 +85,5 @@ def test_analysis_without_closing_tag_is_text_before_result():
         "Response",
         False,
     )
-    assert p.analysis == "It is 2." and p.verdict is None
+    assert p.analysis == "It is 2."
+    assert p.verdict is None

@@ -53,9 +53,11 @@ def test_a_judge_that_always_picks_the_first_shown_gets_a_tie():
     # Position only: 1.0 for whoever is first, in both orders -> (1+0)/2 each.
     d = both_orders(judged(1, (1.0, 0.0)), judged(1, (1.0, 0.0)))
     assert d.scores == (0.5, 0.5)
-    assert d.winner is None and d.outcome == "no_verdict"
+    assert d.winner is None
+    assert d.outcome == "no_verdict"
     assert d.verdicts == 2
-    assert d.order_winners == (1, 2) and d.consistent is False
+    assert d.order_winners == (1, 2)
+    assert d.consistent is False
     assert d.order_scores == ((1.0, 0.0), (0.0, 1.0))
 
 
@@ -64,7 +66,9 @@ def test_consistent_orders_keep_their_winner_and_average_their_margin():
     # with 7/8. Averages: r1 = (3/8 + 1/8)/2 = 0.25, r2 = (5/8 + 7/8)/2 = 0.75.
     d = both_orders(judged(2, (0.375, 0.625)), judged(1, (0.875, 0.125)))
     assert d.scores == (0.25, 0.75)
-    assert d.winner == 2 and d.consistent is True and d.order_winners == (2, 2)
+    assert d.winner == 2
+    assert d.consistent is True
+    assert d.order_winners == (2, 2)
 
 
 def test_inconsistent_orders_go_to_the_stronger_order():
@@ -72,25 +76,31 @@ def test_inconsistent_orders_go_to_the_stronger_order():
     # r1 = (0.75 + 0.375)/2 = 0.5625; r2 = (0.25 + 0.625)/2 = 0.4375.
     d = both_orders(judged(1, (0.75, 0.25)), judged(1, (0.625, 0.375)))
     assert d.scores == (0.5625, 0.4375)
-    assert d.winner == 1 and d.consistent is False
+    assert d.winner == 1
+    assert d.consistent is False
 
 
 def test_an_order_without_verdict_counts_as_half_half():
     # Original has no verdict (0.5, 0.5); swapped says our r1 with 1.0 -> r1 = (0.5 + 1)/2.
     d = both_orders(judged(None, (0.5, 0.5)), judged(2, (0.0, 1.0)))
-    assert d.scores == (0.75, 0.25) and d.winner == 1
-    assert d.verdicts == 1 and d.consistent is None
+    assert d.scores == (0.75, 0.25)
+    assert d.winner == 1
+    assert d.verdicts == 1
+    assert d.consistent is None
 
 
 def test_no_verdict_in_either_order_is_no_verdict():
     d = both_orders(judged(None, (0.5, 0.5)), judged(None, (0.5, 0.5)))
-    assert d.winner is None and d.verdicts == 0 and d.scores == (0.5, 0.5)
+    assert d.winner is None
+    assert d.verdicts == 0
+    assert d.scores == (0.5, 0.5)
 
 
 def test_single_order_is_the_judgment_itself_and_combine_picks():
     j = judged(2, (0.25, 0.75))
     assert single_order(j) == combine(j, None)
-    assert combine(j, None).scores == (0.25, 0.75) and combine(j, None).order_winners == (2,)
+    assert combine(j, None).scores == (0.25, 0.75)
+    assert combine(j, None).order_winners == (2,)
     assert combine(j, judged(1, (1.0, 0.0))).order_winners == (2, 2)
 
 
@@ -106,7 +116,8 @@ def test_winner_of_treats_float_noise_as_a_tie():
 
 def test_reference_plan_skips_empty_completions():
     comps, pivot = plan("reference", ["a", " ", "ccc"], seed=3)
-    assert [(c.a, c.b) for c in comps] == [(0, None), (2, None)] and pivot is None
+    assert [(c.a, c.b) for c in comps] == [(0, None), (2, None)]
+    assert pivot is None
 
 
 def test_pivot_is_the_median_length_completion():
@@ -114,12 +125,14 @@ def test_pivot_is_the_median_length_completion():
     texts = ["aaaaa", "b", "ccc", "ddddddddd"]
     assert choose_pivot(texts) == 2
     comps, pivot = plan("pivot", texts, seed=0)
-    assert pivot == 2 and [(c.a, c.b) for c in comps] == [(0, 2), (1, 2), (3, 2)]
+    assert pivot == 2
+    assert [(c.a, c.b) for c in comps] == [(0, 2), (1, 2), (3, 2)]
     # Odd count: lengths 2, 2, 1 -> sorted (1, i2), (2, i0), (2, i1): the median is i0.
     assert choose_pivot(["xx", "yy", "z"]) == 0
     assert choose_pivot(["", "  "]) is None
     comps, pivot = plan("pivot", texts, seed=0, pivot=0)
-    assert pivot == 0 and [(c.a, c.b) for c in comps] == [(1, 0), (2, 0), (3, 0)]
+    assert pivot == 0
+    assert [(c.a, c.b) for c in comps] == [(1, 0), (2, 0), (3, 0)]
 
 
 def test_round_robin_judges_every_pair_once():
@@ -166,9 +179,12 @@ def test_reference_reward_and_no_verdict_and_empty():
         (Comparison(1, None, 0), single_order(judged(None, (0.5, 0.5)))),
     ]
     r = aggregate(["good", "odd", ""], results)
-    assert r[0].reward == 0.625 and r[0].wins == 1
-    assert r[1].reward is None and r[1].no_verdict == 1
-    assert r[2].reward == EMPTY_REWARD and r[2].empty
+    assert r[0].reward == 0.625
+    assert r[0].wins == 1
+    assert r[1].reward is None
+    assert r[1].no_verdict == 1
+    assert r[2].reward == EMPTY_REWARD
+    assert r[2].empty
 
 
 def test_pivot_gets_its_mean_over_all_its_comparisons():
@@ -183,6 +199,9 @@ def test_pivot_gets_its_mean_over_all_its_comparisons():
 
 def test_flipped_renumbers_everything():
     d = flipped(both_orders(judged(2, (0.375, 0.625)), judged(1, (0.875, 0.125))))
-    assert d.scores == (0.75, 0.25) and d.winner == 1
-    assert d.order_winners == (1, 1) and d.order_scores == ((0.625, 0.375), (0.875, 0.125))
-    assert d.consistent is True and d.verdicts == 2
+    assert d.scores == (0.75, 0.25)
+    assert d.winner == 1
+    assert d.order_winners == (1, 1)
+    assert d.order_scores == ((0.625, 0.375), (0.875, 0.125))
+    assert d.consistent is True
+    assert d.verdicts == 2

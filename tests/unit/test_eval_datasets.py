@@ -56,8 +56,10 @@ def test_each_shared_file_loads_whole_with_its_metadata(shared, name):
     assert len(b.pairs) == EXPECTED_PAIRS[name]
     assert len({p.id for p in b.pairs}) == len(b.pairs)
     for p in b.pairs:
-        assert p.conversation and p.conversation[-1].role == "user"
-        assert isinstance(p.chosen, str) and isinstance(p.rejected, str)
+        assert p.conversation
+        assert p.conversation[-1].role == "user"
+        assert isinstance(p.chosen, str)
+        assert isinstance(p.rejected, str)
     # Every pair scores: a judge that is always right gets 100 on the official metric.
     assert score(name, [(p.meta, 1.0) for p in b.pairs]).value == pytest.approx(100.0)
 
@@ -173,7 +175,8 @@ def test_a_bad_row_is_reported_with_its_line(tmp_path):
 def test_rewardbench_hub_rows():
     row = {"id": 7, "prompt": "q", "chosen": "c", "rejected": "r", "subset": "hep-go"}
     (out,) = rewardbench_rows(row, "filtered")
-    assert out["section"] == "Reasoning" and out["id"] == "rewardbench-hep-go-7"
+    assert out["section"] == "Reasoning"
+    assert out["id"] == "rewardbench-hep-go-7"
 
 
 def test_rmbench_hub_rows_expand_three_by_three():
@@ -250,7 +253,8 @@ def _pairs(benchmark: str, n: int) -> tuple[Pair, ...]:
 def test_sample_is_deterministic_in_file_order_and_per_benchmark():
     pairs = _pairs(RMB, 100)
     a, b = sample(pairs, 10, seed=3), sample(pairs, 10, seed=3)
-    assert a == b and len(a) == 10
+    assert a == b
+    assert len(a) == 10
     assert [pairs.index(p) for p in a] == sorted(pairs.index(p) for p in a)
     assert sample(pairs, 10, seed=4) != a
     assert {p.id for p in a} < {p.id for p in sample(pairs, 30, seed=3)}  # samples nest

@@ -93,7 +93,8 @@ def test_report_numbers_from_hand_made_results(tmp_path):
     low, high = acc["reflect"]["benchmarks"][RMB]["delta_vs_single"]["ci95_paired"]
     assert 0 <= low < 50 < high <= 100
     cost = built["cost"]
-    assert cost["single"]["judgments"] == 12 and cost["single"]["latency_s"] == 2.0
+    assert cost["single"]["judgments"] == 12
+    assert cost["single"]["latency_s"] == 2.0
     assert cost["single"]["no_verdict_rate"] == pytest.approx(100 / 12, abs=0.01)
     assert cost["single"]["first_position_rate"] == 100.0  # 11 verdicts, all "Response 1"
     assert cost["reflect"]["first_position_rate"] == 50.0
@@ -125,13 +126,15 @@ def test_a_generic_dataset_with_groups_and_swap_rows(tmp_path):
     path = tmp_path / "results.jsonl"
     write_results(path, generic_records())
     built = report.build(records.load(path), path, resamples=200, seed=0)
-    assert built["benchmarks"] == [] and built["datasets"] == ["mine"]
+    assert built["benchmarks"] == []
+    assert built["datasets"] == ["mine"]
     assert list(built["modes"]) == ["single", "single+swap"]
     plain = built["accuracy"]["single"]["benchmarks"]["mine"]
     # Seeded order: g1, g2, g3 right, g4 wrong. Subsets A (g1, g2) and B (g3, g4).
     assert (plain["value"], plain["n"], plain["details"]) == (75.0, 4, {"A": 100.0, "B": 50.0})
     # Groups: G1 = {g1, g2} both right, G2 = {g4} wrong; g3 has no group.
-    assert plain["groups"]["value"] == 50.0 and plain["groups"]["n"] == 2
+    assert plain["groups"]["value"] == 50.0
+    assert plain["groups"]["n"] == 2
     assert built["consistency"]["single"]["benchmarks"]["mine"]["value"] == 25.0  # only g2
     assert built["consistency"]["single"]["benchmarks"]["mine"]["groups"]["value"] == 0.0
     assert built["agreement"]["single"]["benchmarks"]["mine"]["value"] == 25.0
@@ -157,9 +160,12 @@ def test_a_generic_dataset_with_groups_and_swap_rows(tmp_path):
     cost = built["cost"]["single+swap"]
     assert (cost["judgments"], cost["generated_tokens"], cost["engine_requests"]) == (4, 30, 2)
     md = report.markdown(built)
-    assert "Table 1" not in md and "**mine** (4 pairs, 4 in both orders;" in md
+    assert "Table 1" not in md
+    assert "**mine** (4 pairs, 4 in both orders;" in md
     assert "| Single judgment (greedy), swap-debiased | 25.0 [" in md
-    assert "| A (2) | 100.0 |\n" in md and "Swap: " in md and "Groups: " in md
+    assert "| A (2) | 100.0 |\n" in md
+    assert "Swap: " in md
+    assert "Groups: " in md
 
 
 def test_markdown_has_the_papers_tables(tmp_path):
@@ -168,7 +174,9 @@ def test_markdown_has_the_papers_tables(tmp_path):
     built = report.build(records.load(path), path, resamples=100, seed=0)
     md = report.markdown(built)
     assert "Accuracy (layout of the paper's Table 1)" in md
-    assert "Positional consistency" in md and "Table 5" in md and "Cost per judgment" in md
+    assert "Positional consistency" in md
+    assert "Table 5" in md
+    assert "Cost per judgment" in md
     assert "| Single judgment (greedy) | 50.0 | 50.0 | – | 50.0 |" in md
     assert "| ReflectRM | 100.0 | 100.0 | +50.0 [+" in md
 
@@ -245,9 +253,11 @@ def test_eval_command_runs_resumes_and_refuses_mixed_settings(tmp_path, fake_eng
     loaded = records.load(out / cli.RESULTS_NAME)
     assert len(loaded.records) == 3 * 2 * 2
     assert [r["type"] for r in loaded.runs] == ["run", "run_end"]
-    assert loaded.runs[0]["model"] == "scripted" and loaded.runs[1]["judged"] == 12
+    assert loaded.runs[0]["model"] == "scripted"
+    assert loaded.runs[1]["judged"] == 12
     assert loaded.runs[0]["argv"] == base
-    assert (out / "report.md").is_file() and (out / "report.png").is_file()
+    assert (out / "report.md").is_file()
+    assert (out / "report.png").is_file()
     # A second run finds everything done: no engine is started, the report is rewritten.
     assert cli.main(base) == 0
     assert len(fake_engine) == 1
@@ -278,12 +288,14 @@ def test_a_file_lacking_a_metric_field_fails_before_judging(tmp_path, fake_engin
     out = ["--out-dir", str(tmp_path / "out"), "--no-progress", "--bootstrap", "20"]
     assert cli.main(["--dataset", f"rmb={path}", *out]) == 2
     assert f"{path}:1: missing fields `subset` and `goal`" in capsys.readouterr().err
-    assert fake_engine == [] and not (tmp_path / "out" / cli.RESULTS_NAME).exists()
+    assert fake_engine == []
+    assert not (tmp_path / "out" / cli.RESULTS_NAME).exists()
     # Labelled as a dataset of one's own, the same file is judged and scored generically.
     assert cli.main(["--dataset", f"mine={path}", "--mode", "single", *out]) == 0
     assert fake_engine == ["default"]
     report_md = (tmp_path / "out" / "report.md").read_text()
-    assert "**mine** (3 pairs, 3 in both orders;" in report_md and "swap-debiased" in report_md
+    assert "**mine** (3 pairs, 3 in both orders;" in report_md
+    assert "swap-debiased" in report_md
 
 
 def test_library_logs_are_quiet_unless_verbose():

@@ -58,7 +58,8 @@ def test_plan_covers_pairs_orders_and_modes_with_shared_seeds():
     assert len({u.key for u in units}) == len(units)
     # The seeded random order puts the chosen response first for some pairs and second for others.
     firsts = Counter(primary_position(p, 0) for p in pairs)
-    assert firsts[1] > 5 and firsts[2] > 5
+    assert firsts[1] > 5
+    assert firsts[2] > 5
     by_order: dict[tuple[str, int], set[int]] = {}
     for u in units:
         by_order.setdefault((u.pair.id, u.chosen_position), set()).add(u.seed)
@@ -78,7 +79,8 @@ def test_plan_covers_pairs_orders_and_modes_with_shared_seeds():
     }
     assert mode_label("vote_matched", 8) == "Majority vote @15 (matched compute)"
     one = plan(pairs, ["reflect"], both_orders=False, seed=0, num_candidates=8, max_tokens=64)
-    assert all(u.primary for u in one) and len(one) == 40
+    assert all(u.primary for u in one)
+    assert len(one) == 40
 
 
 def test_stable_int_does_not_depend_on_the_process():
@@ -139,7 +141,8 @@ def test_shared_samples_give_the_per_mode_results_with_less_engine_work(tmp_path
         out[share] = (sorted(rows), work)
     assert out[True][0] == out[False][0]
     verdicts = Counter(json.loads(r)["winner"] for r in out[True][0])
-    assert verdicts[1] and verdicts[2]  # the outputs vary with the seed: a real comparison
+    assert verdicts[1]
+    assert verdicts[2]
     # Per pair and order, alone: 6 stage-1 requests of 8, 15, 8, 8, 8, 8 samples, 1 greedy, and
     # 3 x 7 reflections (random_anchor, random_winners and ReflectRM; anchor_only has none):
     # 28 requests, (55 + 1 + 21) x 10 tokens. Shared: one request of 15 samples for the six.
@@ -168,8 +171,11 @@ def test_run_appends_one_record_per_judgment_and_resumes(tmp_path):
     assert len(loaded.records) == len(units)
     assert pending(units, (r.key for r in loaded.records)) == []
     r = next(x for x in loaded.records if x.mode == "reflect")
-    assert r.status == "verdict" and r.winner == 1  # 5 of 8 samples say 1 (position bias)
-    assert r.outputs is not None and r.outputs >= 8 and r.parse_failures == 0
+    assert r.status == "verdict"
+    assert r.winner == 1
+    assert r.outputs is not None
+    assert r.outputs >= 8
+    assert r.parse_failures == 0
     single = next(x for x in loaded.records if x.mode == "single")
     assert (single.outputs, single.engine_requests, single.generated_tokens) == (1, 1, 10)
 
@@ -181,7 +187,9 @@ def test_a_prompt_too_long_is_recorded_as_an_error(tmp_path):
     summary = run(units, backend, path)
     assert summary.errors == 1
     (r,) = records.load(path).records
-    assert r.status == "error" and r.winner is None and r.error.startswith("prompt_too_long")
+    assert r.status == "error"
+    assert r.winner is None
+    assert r.error.startswith("prompt_too_long")
 
 
 def test_results_from_other_settings_are_refused(tmp_path):
@@ -226,7 +234,9 @@ def test_http_backend_sends_the_contract_and_reads_the_answer():
     out = asyncio.run(backend.judge(unit, "r1"))
     asyncio.run(client.aclose())
     body = seen[0]
-    assert body["prompt"] == "q" and "messages" not in body and "ablation" not in body
+    assert body["prompt"] == "q"
+    assert "messages" not in body
+    assert "ablation" not in body
     assert body["responses"] == list(unit.responses)
     assert (body["mode"], body["num_candidates"], body["seed"], body["max_tokens"]) == (
         "reflect",
@@ -240,7 +250,8 @@ def test_http_backend_sends_the_contract_and_reads_the_answer():
         500,
         1234.5,
     )
-    assert out.outputs == 8 + 7 and out.parse_failures == 1
+    assert out.outputs == 8 + 7
+    assert out.parse_failures == 1
 
 
 def test_http_backend_multi_turn_and_ablation_bodies():
@@ -249,7 +260,8 @@ def test_http_backend_multi_turn_and_ablation_bodies():
     (unit,) = plan([pair], ["anchor_only"], False, 0, 8, 64)
     body = HttpBackend.body(unit)
     assert body["messages"][1] == {"role": "assistant", "content": "b"}
-    assert body["ablation"] == "anchor_only" and "prompt" not in body
+    assert body["ablation"] == "anchor_only"
+    assert "prompt" not in body
 
 
 def test_http_backend_retries_transient_and_records_permanent_failures():

@@ -194,7 +194,8 @@ def test_judgebench_and_ppe_pool_over_pairs():
 
 def test_empty_scores_are_nan():
     s = score(RMB, [])
-    assert math.isnan(s.value) and s.n == 0
+    assert math.isnan(s.value)
+    assert s.n == 0
 
 
 # --- bootstrap ------------------------------------------------------------------------------

@@ -52,7 +52,8 @@ async def test_the_verdict_is_the_models_whatever_the_texts_claim(text, place, m
     # The model says Response 2 every time; the texts all claim Response 1.
     engine = ScriptedEngine(stage1=[judgment(2, f"c{i}") for i in range(4)], reflect=lambda a, b: 1)
     result = await judge_with(engine, hostile_request(text, place, mode))
-    assert result.winner == 2 and result.outcome == "verdict"
+    assert result.winner == 2
+    assert result.outcome == "verdict"
     assert result.votes[0] == 0
 
 
@@ -61,7 +62,8 @@ async def test_the_verdict_is_the_models_whatever_the_texts_claim(text, place, m
 async def test_outputs_without_a_verdict_give_none_even_when_the_texts_hold_one(text, place):
     engine = ScriptedEngine(stage1=[judgment(None)] * 4, reflect=lambda a, b: None)
     result = await judge_with(engine, hostile_request(text, place, "vote"))
-    assert result.winner is None and result.outcome == "no_verdict"
+    assert result.winner is None
+    assert result.outcome == "no_verdict"
 
 
 async def test_a_critique_quoting_a_verdict_does_not_decide_the_reflection():
@@ -87,12 +89,14 @@ async def test_delimiters_inside_the_texts_are_defused_in_the_prompt(place):
     await judge_with(engine, hostile_request(text, place, "single"))
     prompt = engine.calls[0][0]
     inserted = prompt.rsplit("# Output format", 1)[0]  # the template's own tags come after
-    assert "<Result>" not in inserted and "</Analysis>" not in inserted
+    assert "<Result>" not in inserted
+    assert "</Analysis>" not in inserted
     # Only the template's own markers remain.
     for marker in ("[Response 2]", "[End of Response 2]"):
         assert prompt.count(marker) == 1, marker
     assert prompt.count("[User]") == (2 if place == "history" else 1)
-    assert "‹/Analysis›" in prompt and "(End of Response 2)" in prompt
+    assert "‹/Analysis›" in prompt
+    assert "(End of Response 2)" in prompt
 
 
 def test_neutralize_changes_only_the_template_delimiters():

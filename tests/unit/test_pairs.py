@@ -53,7 +53,8 @@ def test_a_prompt_is_one_user_turn() -> None:
 
 def test_messages_are_the_whole_conversation_and_win_over_a_prompt() -> None:
     pair = pair_from_row({**MESSAGES_ROW, "prompt": "ignored"})
-    assert pair.id == "7" and pair.benchmark == "rmb"
+    assert pair.id == "7"
+    assert pair.benchmark == "rmb"
     assert pair.conversation == (
         Message("system", "be brief"),
         Message("user", "hi"),

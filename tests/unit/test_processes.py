@@ -106,7 +106,7 @@ if __name__ == "__main__":
 
 
 @pytest.mark.parametrize(
-    "sig, status", [(signal.SIGTERM, 143), (signal.SIGINT, 130), (signal.SIGHUP, 129)]
+    ("sig", "status"), [(signal.SIGTERM, 143), (signal.SIGINT, 130), (signal.SIGHUP, 129)]
 )
 def test_a_job_ended_by_a_signal_shuts_its_engine_down_and_says_so(started, sig, status):
     job = start(started, JOB)
@@ -185,9 +185,11 @@ def test_a_clean_close_ends_what_is_left_of_the_engine_and_nothing_else(started)
     core, worker, unrelated, reaper = family_of(parent)
     assert parent.stdout is not None
     assert parent.stdout.readline().strip() == "closed"
-    assert not alive(core) and not alive(worker)  # close() waits for the reaper
+    assert not alive(core)
+    assert not alive(worker)
     assert not alive(reaper)
-    assert alive(unrelated) and parent.poll() is None
+    assert alive(unrelated)
+    assert parent.poll() is None
 
 
 # --- serve: an engine that cannot start ends the process -----------------------------------------
@@ -209,7 +211,8 @@ def test_serve_exits_1_and_says_why_when_the_engine_cannot_start(started, tmp_pa
     proc = serve(started, "--model", str(tmp_path / "no-such-model"), PORT=str(free_port()))
     _out, err = proc.communicate(timeout=120)
     assert proc.returncode == 1, err[-2000:]
-    assert "engine failed to start" in err and "no-such-model" in err
+    assert "engine failed to start" in err
+    assert "no-such-model" in err
     assert "REFLECTRM_EXIT_ON_ENGINE_FAILURE" in err
 
 

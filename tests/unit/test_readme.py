@@ -15,4 +15,5 @@ def test_readme_settings_table_matches_settings():
 
 def test_readme_names_the_two_commands():
     text = README.read_text()
-    assert "make serve" in text and "make test" in text
+    assert "make serve" in text
+    assert "make test" in text

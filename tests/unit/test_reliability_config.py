@@ -16,7 +16,8 @@ ENGINE_SHUTDOWN_S = 20
 
 def seconds(duration: str) -> float:
     m = re.fullmatch(r"(?:(\d+)m)?(?:(\d+)s)?", duration)
-    assert m and duration, duration
+    assert m, duration
+    assert duration, duration
     return 60 * int(m[1] or 0) + int(m[2] or 0)
 
 

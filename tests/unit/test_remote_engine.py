@@ -112,7 +112,8 @@ async def test_every_sampling_field_is_sent_under_vllm_0_32_names():
     spec = SamplingSpec(n=2, temperature=0.7, max_tokens=33, seed=5, regex="(x|y)", stop=("</R>",))
     await engine.generate(PROMPT, spec, "j1-s1")
     [request] = fleet.requests
-    assert request.method == "POST" and request.url == f"{URL}/v1/completions"
+    assert request.method == "POST"
+    assert request.url == f"{URL}/v1/completions"
     assert fleet.bodies() == [
         {
             "model": "smol",
@@ -135,8 +136,11 @@ async def test_optional_fields_are_left_out_when_unset():
     fleet = Fleet(ok(completion(["a"])))
     await make_engine(fleet).generate(PROMPT, SamplingSpec(n=1, temperature=0.0), "j1-r2")
     [body] = fleet.bodies()
-    assert "seed" not in body and "stop" not in body and "structured_outputs" not in body
-    assert body["temperature"] == 0.0 and body["max_tokens"] == 1024
+    assert "seed" not in body
+    assert "stop" not in body
+    assert "structured_outputs" not in body
+    assert body["temperature"] == 0.0
+    assert body["max_tokens"] == 1024
 
 
 async def test_routing_key_is_the_judgment_id_shared_by_its_requests():
@@ -199,7 +203,8 @@ async def test_answer_becomes_generations_in_index_order_with_logprobs_and_cache
         (0.0,),
     ]
     assert [g.finish_reason for g in result.generations] == ["length", "stop", "abort"]
-    assert result.prompt_tokens == 3 and result.cached_prompt_tokens == 2
+    assert result.prompt_tokens == 3
+    assert result.cached_prompt_tokens == 2
     assert result.generated_tokens == 6
 
 
@@ -278,7 +283,8 @@ async def test_safe_failures_are_retried_with_a_doubling_wait(first):
     fleet = Fleet(first, first, ok(completion(["a"])))
     result = await make_engine(fleet, delays).generate(PROMPT, SamplingSpec(), "j-s1")
     assert result.generations[0].text == "a"
-    assert len(fleet.requests) == 3 and delays == [0.5, 1.0]
+    assert len(fleet.requests) == 3
+    assert delays == [0.5, 1.0]
     # Every attempt is the same request.
     assert len({r.content for r in fleet.requests}) == 1
 
@@ -300,9 +306,12 @@ async def test_when_the_attempts_run_out_the_fleet_is_unavailable():
     with pytest.raises(EngineError) as info:
         await make_engine(fleet, delays, retries=2).generate(PROMPT, SamplingSpec(), "j-s1")
     message = str(info.value)
-    assert URL in message and "503" in message and "no healthy workers available" in message
+    assert URL in message
+    assert "503" in message
+    assert "no healthy workers available" in message
     assert "after 3 attempts" in message
-    assert len(fleet.requests) == 3 and delays == [0.5, 1.0]
+    assert len(fleet.requests) == 3
+    assert delays == [0.5, 1.0]
 
 
 @pytest.mark.parametrize(
@@ -320,7 +329,8 @@ async def test_unsafe_or_pointless_retries_are_not_made(answer, expected):
     fleet = Fleet(answer, ok(completion(["a"])))
     with pytest.raises(EngineError, match=expected):
         await make_engine(fleet, delays).generate(PROMPT, SamplingSpec(), "j-s1")
-    assert len(fleet.requests) == 1 and delays == []
+    assert len(fleet.requests) == 1
+    assert delays == []
 
 
 async def test_zero_retries_means_one_attempt():
@@ -359,7 +369,8 @@ async def test_cancelling_generate_closes_the_request_and_is_not_retried():
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert closed == ["j-s1"] and calls == 1
+    assert closed == ["j-s1"]
+    assert calls == 1
 
 
 # --- rendering --------------------------------------------------------------------------------
@@ -370,7 +381,8 @@ def test_render_chat_asks_the_fleet_to_apply_the_chat_template():
     prompt = make_engine(fleet).render_chat(
         [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
     )
-    assert prompt.token_ids == (1, 2, 3, 4) and prompt.num_tokens == 4
+    assert prompt.token_ids == (1, 2, 3, 4)
+    assert prompt.num_tokens == 4
     [request] = fleet.requests
     assert request.url == f"{URL}/tokenize"
     assert fleet.bodies() == [
@@ -521,7 +533,8 @@ def test_settings_map_onto_the_remote_config():
         tokenizer="default",
         startup_timeout_s=60,
     )
-    assert "k1" not in repr(config) and "k1" not in repr(settings)
+    assert "k1" not in repr(config)
+    assert "k1" not in repr(settings)
     assert Settings().engine_config().kind == "vllm"  # the in-process engine stays the default
     with pytest.raises(ValueError, match="REFLECTRM_ENGINE_URL"):
         Settings(engine="remote")
@@ -578,8 +591,10 @@ async def test_a_reflect_judgment_keeps_every_engine_request_on_one_routing_key(
     assert len(fleet.completions) == 4
     assert {r.headers["x-session-id"] for r in fleet.completions} == {"req42"}
     ids = sorted(r.headers["x-request-id"] for r in fleet.completions)
-    assert ids[-1] == "req42-s1" and all(i.startswith("req42-r") for i in ids[:-1])
-    assert result.outcome == "verdict" and len(result.trace.reflections) == 3
+    assert ids[-1] == "req42-s1"
+    assert all(i.startswith("req42-r") for i in ids[:-1])
+    assert result.outcome == "verdict"
+    assert len(result.trace.reflections) == 3
     assert json.loads(fleet.completions[0].content)["seed"] == 3
 
 
@@ -591,13 +606,15 @@ def test_replica_flags_are_the_in_process_engines_arguments():
     )
     args = vllm_serve_args(config, "127.0.0.1", 8123)
     assert args[:2] == ["--model", "/m/SmolLM2"]
-    assert (
-        "--served-model-name" in args and args[args.index("--served-model-name") + 1] == "SmolLM2"
-    )
+    assert "--served-model-name" in args
+    assert args[args.index("--served-model-name") + 1] == "SmolLM2"
     assert args[args.index("--dtype") + 1] == "float32"  # the CPU default, as in-process
     assert args[args.index("--kv-cache-memory-bytes") + 1] == str(1 << 30)
     assert args[args.index("--max-num-batched-tokens") + 1] == "8192"
-    assert "--no-enable-chunked-prefill" in args and "--enforce-eager" in args
-    assert "--enable-prefix-caching" in args and "--enable-prompt-tokens-details" in args
+    assert "--no-enable-chunked-prefill" in args
+    assert "--enforce-eager" in args
+    assert "--enable-prefix-caching" in args
+    assert "--enable-prompt-tokens-details" in args
     assert args[-4:] == ["--host", "127.0.0.1", "--port", "8123"]
-    assert "--disable-log-stats" not in args and "--no-disable-log-stats" not in args
+    assert "--disable-log-stats" not in args
+    assert "--no-disable-log-stats" not in args

@@ -37,7 +37,8 @@ def test_each_caller_keeps_its_numbers():
         60.0,
         0.5,
     )
-    assert client.statuses == {429, 503} and client.max_retry_after_s == math.inf
+    assert client.statuses == {429, 503}
+    assert client.max_retry_after_s == math.inf
     assert client.errors == CONNECTION_ERRORS
     fleet = retry_policy(RemoteConfig())
     assert (fleet.attempts, fleet.backoff_s, fleet.max_backoff_s, fleet.jitter) == (
@@ -46,7 +47,8 @@ def test_each_caller_keeps_its_numbers():
         math.inf,
         0.0,
     )
-    assert fleet.statuses == {408, 429, 502, 503, 504} and fleet.max_retry_after_s == 10.0
+    assert fleet.statuses == {408, 429, 502, 503, 504}
+    assert fleet.max_retry_after_s == 10.0
     assert fleet.errors == CONNECTION_ERRORS
     service = service_retry_policy()
     assert (service.attempts, service.backoff_s, service.max_backoff_s, service.jitter) == (
@@ -91,7 +93,8 @@ def test_what_is_repeated_and_after_how_long():
     assert RetryPolicy(max_retries=0).wait_after(0, answer(503)) is None
     # The backoff's cap does not cut a longer Retry-After.
     capped = RetryPolicy(backoff_s=1.0, max_backoff_s=2.0, jitter=0.0)
-    assert capped.delay(5) == 2.0 and capped.delay(5, 30.0) == 30.0
+    assert capped.delay(5) == 2.0
+    assert capped.delay(5, 30.0) == 30.0
 
 
 def test_the_sync_loop_returns_the_final_answer_and_reports_each_retry():
@@ -111,7 +114,8 @@ def test_the_sync_loop_returns_the_final_answer_and_reports_each_retry():
 
     final = retry_call(STEADY, send, sleep=sleeps.append, on_retry=note)
     # Retries used up: the last answer is the result, for the caller to read.
-    assert final.status_code == 503 and len(answers) == 1
+    assert final.status_code == 503
+    assert len(answers) == 1
     assert sleeps == [1.0, 3.0]
     assert retries == [(0, "ConnectError", 1.0), (1, "503", 3.0)]
 
@@ -151,4 +155,5 @@ def test_the_async_loop_is_the_same_loop():
         sleeps.append(seconds)
 
     final = asyncio.run(retry_call_async(STEADY, send, sleep=sleep))
-    assert final.status_code == 200 and sleeps == [2.0, 2.0]
+    assert final.status_code == 200
+    assert sleeps == [2.0, 2.0]

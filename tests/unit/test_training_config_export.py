@@ -21,15 +21,19 @@ def test_default_config_holds_the_papers_values() -> None:
     cfg = load_settings()
     assert (cfg.epochs, cfg.prompts_per_batch, cfg.learning_rate) == (3, 64, 1e-6)
     assert (cfg.max_completion_length, cfg.group_size) == (1024, 8)
-    assert cfg.kl_beta == 0.001 and cfg.format_reward_weight == 0.0
+    assert cfg.kl_beta == 0.001
+    assert cfg.format_reward_weight == 0.0
     assert cfg.accumulation_steps() == 64  # 64 prompts x 8 completions in passes of 8
-    assert cfg.wants_vllm(gpu=True) and not cfg.wants_vllm(gpu=False)
+    assert cfg.wants_vllm(gpu=True)
+    assert not cfg.wants_vllm(gpu=False)
 
 
 def test_overrides_keep_their_types_and_unknown_keys_fail(tmp_path: Path) -> None:
     overrides = parse_overrides(["lora=true", "max_steps=2", "learning_rate=1e-5", "seed=3"])
     cfg = load_settings(None, overrides)
-    assert cfg.lora is True and cfg.max_steps == 2 and cfg.learning_rate == 1e-5
+    assert cfg.lora is True
+    assert cfg.max_steps == 2
+    assert cfg.learning_rate == 1e-5
     with pytest.raises(ValueError, match="unknown setting"):
         parse_overrides(["lr=1"])
     bad = tmp_path / "bad.yaml"
@@ -100,9 +104,11 @@ def test_cli_registers_the_train_commands() -> None:
     parser = argparse.ArgumentParser()
     add_parser(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["train", "grpo", "--data", "x.jsonl", "--set", "lora=true"])
-    assert args.func.__name__ == "run_grpo" and args.overrides == ["lora=true"]
+    assert args.func.__name__ == "run_grpo"
+    assert args.overrides == ["lora=true"]
     args = parser.parse_args(["train", "build-data", "--data", "d", "--out", "o", "--ratio", "3"])
-    assert args.func.__name__ == "run_build" and args.ratio == 3.0
+    assert args.func.__name__ == "run_build"
+    assert args.ratio == 3.0
 
 
 def test_a_checkpoint_trained_from_a_checkpoint_keeps_its_lineage(tmp_path: Path) -> None:

@@ -98,10 +98,12 @@ def test_unparsed_judgments_are_not_wrong_analyses_unless_asked() -> None:
     items, stats = select_items(
         pairs, BuildConfig(preference_per_reflection=None), random.Random(0)
     )
-    assert stats.mixed == 0 and stats.preference_available == 1
+    assert stats.mixed == 0
+    assert stats.preference_available == 1
     config = BuildConfig(preference_per_reflection=1.0, unparsed_is_incorrect=True)
     items, stats = select_items(pairs, config, random.Random(0))
-    assert stats.mixed == 1 and len(items_of(items, "reflection")) == 1
+    assert stats.mixed == 1
+    assert len(items_of(items, "reflection")) == 1
 
 
 def test_mix_is_four_to_one_and_shuffled() -> None:
@@ -109,7 +111,8 @@ def test_mix_is_four_to_one_and_shuffled() -> None:
     pairs = [judged(f"w{k}", 1, [2] * 8) for k in range(20)]
     pairs += [judged(f"m{k}", 2, [1, 2] * 4) for k in range(20)]
     items, stats = select_items(pairs, BuildConfig(), random.Random(0))
-    assert stats.preference_available == 40 and stats.reflection_available == 20
+    assert stats.preference_available == 40
+    assert stats.reflection_available == 20
     assert (stats.preference_used, stats.reflection_used) == (40, 10)
     kinds = [i["kind"] for i in items]
     assert kinds.count("preference") == 4 * kinds.count("reflection")
@@ -215,27 +218,32 @@ async def test_build_judges_through_the_service_judge_and_writes_its_files(
     for prompt, spec in engine.calls:
         assert "# Responses for Judgment" in prompt
         assert (spec.n, spec.temperature, spec.max_tokens) == (8, 1.0, 64)
-        assert spec.regex is not None and spec.seed is not None
+        assert spec.regex is not None
+        assert spec.seed is not None
     assert (stats.pairs_read, stats.holdout, stats.judged, stats.mixed) == (12, 2, 10, 10)
-    assert stats.judgments == 80 and stats.judgments_parsed == 80
+    assert stats.judgments == 80
+    assert stats.judgments_parsed == 80
     train = [json.loads(line) for line in (tmp_path / TRAIN_FILE).read_text().splitlines()]
     assert len(train) == stats.preference_used + stats.reflection_used
     assert json.loads((tmp_path / STATS_FILE).read_text())["judged"] == 10
     held = [
         json.loads(line)["id"] for line in (tmp_path / "holdout.jsonl").read_text().splitlines()
     ]
-    assert len(held) == 2 and not set(held) & {i["pair_id"] for i in train}
+    assert len(held) == 2
+    assert not set(held) & {i["pair_id"] for i in train}
 
     # A rerun resumes from the saved judgments instead of judging again.
     again = await build(engine, pairs, config, tmp_path)
-    assert len(engine.calls) == 10 and again.judged == 10
+    assert len(engine.calls) == 10
+    assert again.judged == 10
     assert len((tmp_path / JUDGMENTS_FILE).read_text().splitlines()) == 10
 
     # Another mix from the same judgments, without the engine.
     only_preference = rebuild(
         tmp_path / JUDGMENTS_FILE, BuildConfig(preference_per_reflection=None), tmp_path / "rft"
     )
-    assert only_preference.reflection_used == 0 and only_preference.preference_used == 10
+    assert only_preference.reflection_used == 0
+    assert only_preference.preference_used == 10
 
 
 async def test_build_skips_pairs_whose_prompt_is_too_long(tmp_path: Path) -> None:

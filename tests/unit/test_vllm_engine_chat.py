@@ -14,7 +14,8 @@ class FakeTokenizer:
         self.kwargs: dict = {}
 
     def apply_chat_template(self, messages, tokenize, add_generation_prompt, **kwargs):
-        assert tokenize is False and add_generation_prompt is True
+        assert tokenize is False
+        assert add_generation_prompt is True
         self.kwargs = kwargs
         return "|".join(m["content"] for m in messages) + "|assistant:"
 
@@ -30,7 +31,8 @@ def test_thinking_switched_off_where_the_template_knows_it():
     tok = FakeTokenizer("{% if enable_thinking is defined and not enable_thinking %}...{% endif %}")
     prompt = VLLMEngine(None, tok, "qwen3", 4096).render_chat(MESSAGES)
     assert tok.kwargs == {"enable_thinking": False}
-    assert prompt.text == "sys|hello|assistant:" and prompt.token_ids == (3, 5, 10)
+    assert prompt.text == "sys|hello|assistant:"
+    assert prompt.token_ids == (3, 5, 10)
 
 
 def test_no_thinking_switch_for_templates_without_it():
@@ -60,4 +62,5 @@ async def test_priority_reaches_the_engine_only_where_it_schedules_by_priority()
         llm = RecordingLLM()
         engine = VLLMEngine(llm, tok, "smol", 4096, priority_scheduling=scheduling)
         result = await engine.generate(prompt, spec, "r")
-        assert llm.priorities == [expected] and result.generations == ()
+        assert llm.priorities == [expected]
+        assert result.generations == ()

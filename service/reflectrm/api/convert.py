@@ -13,7 +13,7 @@ from reflectrm.api import schemas
 from reflectrm.api.errors import status_of
 from reflectrm.judging import types
 from reflectrm.judging.groups import NO_VERDICT_REWARD, Comparison
-from reflectrm.serving.errors import InvalidRequest
+from reflectrm.serving.errors import InvalidRequestError
 from reflectrm.serving.types import (
     BatchResult,
     Envelope,
@@ -89,7 +89,9 @@ def batch_items(body: schemas.BatchRequest) -> list[PairAsk | FailedItem]:
             items.append(pair_ask(_item_body(raw, defaults)))
         except ValidationError as exc:
             items.append(
-                FailedItem(str(raw.get("mode") or mode), InvalidRequest(_validation_detail(exc)))
+                FailedItem(
+                    str(raw.get("mode") or mode), InvalidRequestError(_validation_detail(exc))
+                )
             )
     return items
 

@@ -16,26 +16,26 @@ from reflectrm.engines.base import EngineError
 from reflectrm.judging.judge import PromptTooLongError
 from reflectrm.serving.errors import (
     DEFAULT_RETRY_AFTER_S,
-    ClientGone,
-    Closed,
-    DeadlineExceeded,
-    InvalidRequest,
-    Overloaded,
-    Unavailable,
+    ClientGoneError,
+    ClosedError,
+    DeadlineExceededError,
+    InvalidRequestError,
+    OverloadedError,
+    UnavailableError,
 )
 
 # Status 499 (client closed request) is nginx's; nobody reads it, but the logs and metrics do.
 CLIENT_CLOSED = 499
 
 STATUS: dict[type[Exception], int] = {
-    InvalidRequest: 422,
+    InvalidRequestError: 422,
     PromptTooLongError: 413,
-    Overloaded: 429,
-    ClientGone: CLIENT_CLOSED,
+    OverloadedError: 429,
+    ClientGoneError: CLIENT_CLOSED,
     EngineError: 503,
-    Unavailable: 503,
-    Closed: 503,
-    DeadlineExceeded: 504,
+    UnavailableError: 503,
+    ClosedError: 503,
+    DeadlineExceededError: 504,
 }
 
 
@@ -52,7 +52,7 @@ def status_of(exc: BaseException) -> int:
 
 
 def _headers(exc: Exception, status: int) -> dict[str, str] | None:
-    if isinstance(exc, Overloaded):
+    if isinstance(exc, OverloadedError):
         return {"Retry-After": str(exc.retry_after_s)}
     if status == 503:
         return {"Retry-After": str(DEFAULT_RETRY_AFTER_S)}

@@ -13,7 +13,7 @@ from reflectrm.api.body import StrictJSONRoute
 from reflectrm.api.dependencies import CallDep, ServiceDep
 from reflectrm.engines.base import EngineError
 from reflectrm.metrics import CONTENT_TYPE
-from reflectrm.serving.errors import Unavailable
+from reflectrm.serving.errors import UnavailableError
 
 # JSON bodies are read strictly (UTF-8, each key once, no NaN); see api/body.py.
 router = APIRouter(route_class=StrictJSONRoute)
@@ -42,7 +42,7 @@ async def health() -> dict[str, str]:
 async def ready(service: ServiceDep) -> JSONResponse:
     try:
         model = await service.check_ready()
-    except (Unavailable, EngineError) as exc:
+    except (UnavailableError, EngineError) as exc:
         return JSONResponse({"detail": str(exc)}, status_code=503)
     return JSONResponse({"status": "ready", "model": model})
 

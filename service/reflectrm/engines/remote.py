@@ -72,7 +72,7 @@ STARTUP_POLL_S = 2.0
 CHAT_TEMPLATE_KWARGS = {"enable_thinking": False}
 
 
-class _Failure(Exception):
+class _AttemptError(Exception):
     """An answer that is not a usable result, and why."""
 
     def __init__(self, reason: str) -> None:
@@ -136,13 +136,13 @@ def _error_message(response: httpx.Response) -> str:
 def _json_of(response: httpx.Response) -> dict[str, Any]:
     """The body of a 200, or the attempt's failure."""
     if response.status_code != 200:
-        raise _Failure(_failure_of(response))
+        raise _AttemptError(_failure_of(response))
     try:
         data = response.json()
     except ValueError as exc:
-        raise _Failure(f"answered 200 with a body that is not JSON: {exc}") from None
+        raise _AttemptError(f"answered 200 with a body that is not JSON: {exc}") from None
     if not isinstance(data, dict):
-        raise _Failure("answered 200 with a JSON body that is not an object")
+        raise _AttemptError("answered 200 with a JSON body that is not an object")
     return data
 
 
@@ -262,7 +262,7 @@ class RemoteEngine:
             return _json_of(response)
         except httpx.HTTPError as exc:
             reason = _connection_failure(exc)
-        except _Failure as exc:
+        except _AttemptError as exc:
             reason = exc.reason
         raise self._give_up(path, reason, attempts.made)
 
@@ -278,7 +278,7 @@ class RemoteEngine:
             return _json_of(response)
         except httpx.HTTPError as exc:
             reason = _connection_failure(exc)
-        except _Failure as exc:
+        except _AttemptError as exc:
             reason = exc.reason
         raise self._give_up(path, reason, attempts.made)
 
@@ -409,7 +409,7 @@ async def _wait_for_fleet(
                 last = f"{HEALTH} answered {health.status_code}"
         except httpx.HTTPError as exc:
             last = _connection_failure(exc)
-        except _Failure as exc:
+        except _AttemptError as exc:
             last = f"{MODELS} {exc.reason}"
         if time.monotonic() >= deadline:
             raise EngineError(

@@ -4,10 +4,10 @@ queue in front of it, a deadline, and cancellation when the client goes away.
 RLHF trainers send bursts of hundreds of per-sample calls with few retries, so a call over the
 limit waits its turn (first come, first served) instead of being refused. The wait is bounded
 twice: by the queue's length (``max_queued``) and by time (``queue_timeout_s``); past either the
-call ends in ``Overloaded`` (429) with a Retry-After estimated from the measured service rate.
+call ends in ``OverloadedError`` (429) with a Retry-After estimated from the measured service rate.
 
 When the service stops (shutdown, or its engine failed) admission is closed: waiting and new
-calls end in ``Closed`` (503) at once, and ``abort`` ends the admitted ones the same way.
+calls end in ``ClosedError`` (503) at once, and ``abort`` ends the admitted ones the same way.
 """
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
-from reflectrm.aio import Interrupted, run_until
+from reflectrm.aio import StoppedError, run_until
 from reflectrm.serving.errors import (
     DEFAULT_RETRY_AFTER_S,
-    ClientGone,
-    Closed,
-    DeadlineExceeded,
-    Overloaded,
+    ClientGoneError,
+    ClosedError,
+    DeadlineExceededError,
+    OverloadedError,
 )
 
 T = TypeVar("T")
@@ -94,11 +94,11 @@ class Admission:
         while self._waiters:
             waiter = self._waiters.popleft()
             if not waiter.done():
-                waiter.set_exception(Closed(self.closed))
+                waiter.set_exception(ClosedError(self.closed))
 
     def abort(self, reason: str) -> int:
         """Close, and end every admitted judgment now (its engine requests are aborted); each
-        caller gets ``Closed(reason)``. Returns how many were running."""
+        caller gets ``ClosedError(reason)``. Returns how many were running."""
         self.close(reason)
         self._aborted = reason
         running = [task for task in self._running if not task.done()]
@@ -117,12 +117,12 @@ class Admission:
 
     async def _acquire(self) -> float:
         if self.closed is not None:
-            raise Closed(self.closed)
+            raise ClosedError(self.closed)
         if self._in_flight < self.max_in_flight and not self._waiters:
             self._in_flight += 1
             return 0.0
         if len(self._waiters) >= self.max_queued:
-            raise Overloaded(
+            raise OverloadedError(
                 f"{self._in_flight} judgments in flight and {len(self._waiters)} queued, the "
                 "limits (REFLECTRM_MAX_CONCURRENT_JUDGMENTS, REFLECTRM_MAX_QUEUED_JUDGMENTS); "
                 "retry after the Retry-After seconds",
@@ -143,7 +143,7 @@ class Admission:
             with contextlib.suppress(ValueError):
                 self._waiters.remove(waiter)
             if isinstance(exc, TimeoutError):
-                raise Overloaded(
+                raise OverloadedError(
                     f"no judgment slot within {self.queue_timeout_s:g} s "
                     "(REFLECTRM_QUEUE_TIMEOUT_S); retry after the Retry-After seconds",
                     self.retry_after_s(),
@@ -164,7 +164,7 @@ class Admission:
     async def admitted(self, work: Coroutine[Any, Any, T], deadline_s: float) -> T:
         """Run one judgment in a slot (waiting in the queue for one), with a deadline that
         counts from admission. Past the deadline the work is cancelled (its engine requests are
-        aborted) and DeadlineExceeded is raised."""
+        aborted) and DeadlineExceededError is raised."""
         try:
             waited = await self._acquire()
         except BaseException:
@@ -180,7 +180,7 @@ class Admission:
             async with asyncio.timeout(deadline_s):
                 return await task
         except TimeoutError:
-            raise DeadlineExceeded(
+            raise DeadlineExceededError(
                 f"the judgment did not finish within {deadline_s:g} s of admission "
                 "(REFLECTRM_REQUEST_TIMEOUT_S); its engine requests were aborted"
             ) from None
@@ -191,7 +191,7 @@ class Admission:
                 and task.cancelled()
                 and not (current and current.cancelling())
             ):
-                raise Closed(self._aborted) from None
+                raise ClosedError(self._aborted) from None
             raise
         finally:
             self._running.discard(task)
@@ -208,8 +208,8 @@ async def until_disconnected(
     poll_s: float = 1.0,
 ) -> T:
     """Run ``work``; if the client goes away first, cancel it (which aborts its engine requests
-    and leaves the queue) and raise ClientGone."""
+    and leaves the queue) and raise ClientGoneError."""
     try:
         return await run_until(work, is_disconnected, poll_s)
-    except Interrupted:
-        raise ClientGone from None
+    except StoppedError:
+        raise ClientGoneError from None

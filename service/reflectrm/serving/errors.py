@@ -20,20 +20,20 @@ class ServiceError(Exception):
     outcome = "error"
 
 
-class InvalidRequest(ServiceError):
+class InvalidRequestError(ServiceError):
     """The call asks for something this server does not allow (a limit, a disabled field)."""
 
     outcome = "invalid"
 
 
-class Unavailable(ServiceError):
+class UnavailableError(ServiceError):
     """No engine to judge with: loading, failed, or stopping. Retry later or elsewhere."""
 
     outcome = "unavailable"
     retry_after_s = DEFAULT_RETRY_AFTER_S
 
 
-class Overloaded(ServiceError):
+class OverloadedError(ServiceError):
     """No slot within the queue's bounds; retry after ``retry_after_s`` seconds."""
 
     outcome = "rejected"
@@ -43,20 +43,20 @@ class Overloaded(ServiceError):
         self.retry_after_s = retry_after_s
 
 
-class Closed(ServiceError):
+class ClosedError(ServiceError):
     """Admission is closed (the service is stopping, or its engine failed); retry elsewhere."""
 
     outcome = "unavailable"
     retry_after_s = DEFAULT_RETRY_AFTER_S
 
 
-class DeadlineExceeded(ServiceError):
+class DeadlineExceededError(ServiceError):
     """The admitted work did not finish within its deadline; it was cancelled."""
 
     outcome = "timeout"
 
 
-class ClientGone(ServiceError):
+class ClientGoneError(ServiceError):
     """The client disconnected; its work was cancelled."""
 
     outcome = "disconnected"

@@ -29,7 +29,7 @@ from reflectrm.judging.types import Judgment, JudgmentSpec, Message
 from reflectrm.metrics import Metrics
 from reflectrm.serving.admission import Admission, until_disconnected
 from reflectrm.serving.context import CallContext
-from reflectrm.serving.errors import InvalidRequest, Unavailable, outcome_of
+from reflectrm.serving.errors import InvalidRequestError, UnavailableError, outcome_of
 from reflectrm.serving.swap_checks import SwapChecker, swap_result
 from reflectrm.serving.types import (
     BatchResult,
@@ -91,11 +91,11 @@ class JudgingService:
 
     def require_judge(self) -> Judge:
         if self.judge is None:
-            raise Unavailable(self.unavailable or "the engine is not ready")
+            raise UnavailableError(self.unavailable or "the engine is not ready")
         return self.judge
 
     async def check_ready(self) -> str:
-        """The model's name once the engine answers; Unavailable or EngineError otherwise."""
+        """The model's name once the engine answers; UnavailableError or EngineError otherwise."""
         judge = self.require_judge()
         await judge.engine.check_health()
         return judge.engine.model_name
@@ -176,7 +176,7 @@ class JudgingService:
         s = self.settings
         max_tokens = requested or s.max_tokens
         if max_tokens > s.max_tokens_limit:
-            raise InvalidRequest(
+            raise InvalidRequestError(
                 f"max_tokens is {max_tokens}; this server allows at most "
                 f"{s.max_tokens_limit} (REFLECTRM_MAX_TOKENS_LIMIT)"
             )
@@ -185,11 +185,13 @@ class JudgingService:
     @staticmethod
     def _check_count(what: str, count: int, limit: int, setting: str) -> None:
         if count > limit:
-            raise InvalidRequest(f"{count} {what}; this server allows at most {limit} ({setting})")
+            raise InvalidRequestError(
+                f"{count} {what}; this server allows at most {limit} ({setting})"
+            )
 
     def _pair_request(self, ask: PairAsk) -> JudgmentSpec:
         if ask.ablation != "none" and not self.settings.allow_ablations:
-            raise InvalidRequest(
+            raise InvalidRequestError(
                 f"ablation {ask.ablation!r} is for evaluation and this server does not "
                 "allow it; start it with REFLECTRM_ALLOW_ABLATIONS=true"
             )
@@ -233,14 +235,14 @@ class JudgingService:
         for k, sample in enumerate(samples):
             prompt, label = sample.prompt, sample.label
             if not sample.query.startswith(prompt):
-                raise InvalidRequest(
+                raise InvalidRequestError(
                     f"sample {k}: `query` does not start with its `prompts` entry, so the "
                     "response cannot be told apart; send query = prompt + response"
                 )
             if not prompt.strip():
-                raise InvalidRequest(f"sample {k}: the prompt is empty")
+                raise InvalidRequestError(f"sample {k}: the prompt is empty")
             if label is None or not label.strip():
-                raise InvalidRequest(
+                raise InvalidRequestError(
                     f"sample {k}: no label; each sample is judged against its label as the "
                     "reference answer (OpenRLHF: --data.label_key naming a reference-answer field)"
                 )
@@ -261,7 +263,7 @@ class JudgingService:
     # --- running judgments ------------------------------------------------------------------
 
     async def _cancellable(self, call: CallContext, work: Coroutine[Any, Any, T]) -> T:
-        """Run a call's work; a caller that goes away has it cancelled (ClientGone)."""
+        """Run a call's work; a caller that goes away has it cancelled (ClientGoneError)."""
         return await until_disconnected(work, call.is_disconnected)
 
     async def _judgment(
@@ -307,7 +309,7 @@ class JudgingService:
         try:
             request = self._pair_request(item)
             result = await self._pair(judge, call, item, request, suffix)
-        except (InvalidRequest, PromptTooLongError) as exc:
+        except (InvalidRequestError, PromptTooLongError) as exc:
             return FailedItem(item.mode, exc)
         self._offer_swap_check(judge, result)
         return result

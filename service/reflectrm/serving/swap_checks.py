@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from reflectrm.aio import Interrupted, run_until
+from reflectrm.aio import StoppedError, run_until
 from reflectrm.judging.judge import Judge, consistent, swapped
 from reflectrm.judging.types import Judgment, JudgmentSpec
 from reflectrm.metrics import Metrics, SwapResult
@@ -131,7 +131,7 @@ class SwapChecker:
         try:
             async with asyncio.timeout(self.config.timeout_s):
                 swap = await run_until(work, self._busy, self.config.poll_s)
-        except Interrupted:
+        except StoppedError:
             self._metrics.swap_check_dropped("preempted")
         except asyncio.CancelledError:
             self._metrics.swap_check_dropped("shutdown")
