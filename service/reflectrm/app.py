@@ -92,7 +92,9 @@ def create_app(
     errors.install(app)
     # Outermost last: the access log sees every request (401 and 413 too), authentication
     # comes before any body is read, and the body is bounded before the routes parse it.
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(
+        BodyLimit, max_bytes=settings.max_body_bytes, timeout_s=settings.body_timeout_s
+    )
     if keys:
         app.add_middleware(ApiKeyAuth, keys=keys, metrics_open=not settings.metrics_require_key)
     elif settings.host not in ("127.0.0.1", "localhost", "::1"):

@@ -9,7 +9,7 @@ PrometheusStatLogger registers them there); ``render`` exposes both. docs/metric
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Literal
 
 from prometheus_client import (
@@ -22,7 +22,7 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
-from prometheus_client.metrics_core import Metric
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from reflectrm.engines.base import GenerationResult
@@ -65,6 +65,9 @@ QUEUE_WAIT_BUCKETS_S = (
 )  # fmt: skip
 # |votes_1 - votes_2| / voters: 0 is a tie (broken by confidence), 1 is unanimous.
 MARGIN_BUCKETS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+
+
+REFUSAL_BOUNDS = ("queue", "tenant_queue", "queue_timeout", "tenants", "call_work")
 
 
 def vote_margin(judgment: Judgment) -> float:
@@ -187,6 +190,35 @@ class Metrics:
             "Sampled swap checks running now.",
             registry=r,
         )
+        self.tenant_admitted = Counter(
+            f"{PREFIX}tenant_judgments_admitted_total",
+            "Judgments given an admission slot, by tenant (API key, or the X-Reflectrm-Tenant "
+            "header when keys are off).",
+            ["tenant"],
+            registry=r,
+        )
+        self.refusals = Counter(
+            f"{PREFIX}refusals_total",
+            "Calls refused by a bound, by tenant and bound: queue (all queued judgments), "
+            "tenant_queue (the tenant's), queue_timeout, tenants (active tenants), call_work "
+            "(one call's engine work).",
+            ["tenant", "bound"],
+            registry=r,
+        )
+        self.reused = Counter(
+            f"{PREFIX}reused_answers_total",
+            "Answers given without new engine work: joined (an identical call was in flight) or "
+            "cached (an identical call was answered recently).",
+            ["how"],
+            registry=r,
+        )
+        for how in ("joined", "cached"):
+            self.reused.labels(how)
+        self.tenant_admitted.labels("default")
+        for bound in REFUSAL_BOUNDS:
+            self.refusals.labels("default", bound)
+        self._tenants: Callable[[], Mapping[str, tuple[int, int]]] = dict
+        r.register(_TenantGauges(self))
         self._create_series()
 
     def _create_series(self) -> None:
@@ -219,8 +251,20 @@ class Metrics:
         self.in_flight.set_function(lambda: float(in_flight()))
         self.queued.set_function(lambda: float(queued()))
 
-    def observe_queue_wait(self, seconds: float) -> None:
+    def observe_queue_wait(self, seconds: float, tenant: str | None = None) -> None:
         self.queue_wait.observe(seconds)
+        if tenant is not None:
+            self.tenant_admitted.labels(tenant).inc()
+
+    def track_tenants(self, stats: Callable[[], Mapping[str, tuple[int, int]]]) -> None:
+        """Per-tenant (queued, in flight) now, for the tenants that have either."""
+        self._tenants = stats
+
+    def refused(self, tenant: str, bound: str) -> None:
+        self.refusals.labels(tenant, bound).inc()
+
+    def observe_reuse(self, how: str) -> None:
+        self.reused.labels(how).inc()
 
     def track_swap_checks(self, pending: Callable[[], int], running: Callable[[], int]) -> None:
         self.swap_checks_pending.set_function(lambda: float(pending()))
@@ -260,6 +304,35 @@ class Metrics:
     def render(self) -> bytes:
         """The judge's metrics followed by the engine's (and the process's) in text format."""
         return generate_latest(_Union((self.registry, engine_registry())))
+
+
+class _TenantGauges(Collector):
+    """Queued and in-flight judgments of each active tenant, read at scrape time (a tenant with
+    neither has no series but the default one, so the set stays bounded by the active
+    tenants)."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterable[Metric]:
+        queued = GaugeMetricFamily(
+            f"{PREFIX}tenant_judgments_queued",
+            "Judgments waiting for an admission slot now, by tenant.",
+            labels=["tenant"],
+        )
+        in_flight = GaugeMetricFamily(
+            f"{PREFIX}tenant_judgments_in_flight",
+            "Judgments holding an admission slot now, by tenant.",
+            labels=["tenant"],
+        )
+        active = {"default": (0, 0), **self._metrics._tenants()}
+        for tenant, (q, f) in sorted(active.items()):
+            queued.add_metric([tenant], q)
+            in_flight.add_metric([tenant], f)
+        return [queued, in_flight]
 
 
 def engine_registry() -> CollectorRegistry:

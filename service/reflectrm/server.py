@@ -72,6 +72,11 @@ def serve(settings: Settings, log_level: str = "info") -> int:
         # The service logs one structured line per request itself (reflectrm.access).
         access_log=False,
         timeout_graceful_shutdown=int(CLOSE_CONNECTIONS_S),
+        # Slow and idle clients: a bound on connections (503 past it) and an idle keep-alive
+        # longer than clients' pools keep theirs, so a pooled connection is not closed under
+        # a client about to reuse it; the body's own deadline is api.body.BodyLimit's.
+        limit_concurrency=settings.max_connections,
+        timeout_keep_alive=settings.keep_alive_s,
     )
     DrainingServer(config, lifecycle).run()
     return lifecycle.exit_code or 0

@@ -122,6 +122,82 @@ class Settings(BaseSettings):
         "bytes of JSON per token, doubled.",
     )
 
+    # --- tenants, fair shares and bounds per call ----------------------------------------------
+    max_queued_per_tenant: int = Field(
+        1024,
+        ge=0,
+        description="Judgments one tenant may have waiting for a slot; past it that tenant's "
+        "calls get 429 while the others are still queued. A tenant is the API key, or the "
+        "X-Reflectrm-Tenant header when keys are off.",
+    )
+    max_in_flight_per_tenant: int | None = Field(
+        None,
+        ge=1,
+        description="Slots one tenant may hold at once. Unset: all of them (fair queuing alone "
+        "shares the slots whenever other tenants wait).",
+    )
+    max_tenants: int = Field(
+        256,
+        ge=1,
+        description="Tenants that may have judgments queued or in flight at once; a call of "
+        "one more gets 429.",
+    )
+    tenant_weights: str = Field(
+        "",
+        description="Weighted round robin across tenants' queues: 'name=weight,...' (whole "
+        "weights >= 1; a tenant not named has weight 1); a weight-2 tenant gets two slots per "
+        "round to the others' one.",
+    )
+    max_call_work_tokens: int = Field(
+        4_194_304,
+        ge=1,
+        description="Most engine work one call may ask for, as judgments x candidates x "
+        "max_tokens (the stage-1 bound); past it the call gets 422 saying by how much. The "
+        "default admits the largest group (16 completions, round robin, swap) at max_tokens "
+        "1024.",
+    )
+
+    # --- retries that cost nothing ---------------------------------------------------------
+    result_cache_size: int = Field(
+        2048,
+        ge=0,
+        description="Answers kept for identical calls (same tenant, content, mode, settings and "
+        "seed; an unseeded call matches an unseeded one): a repeat gets the same answer with no "
+        "engine work. 0 turns the cache off (identical calls in flight are still joined).",
+    )
+    result_cache_ttl_s: float = Field(
+        600.0,
+        ge=0,
+        description="How long an answer stays in the cache (a trainer's retry comes within "
+        "minutes: OpenRLHF waits 180 s per try).",
+    )
+    retry_grace_s: float = Field(
+        5.0,
+        ge=0,
+        description="When every caller of a judgment has disconnected, how long its engine work "
+        "goes on in case the call is retried (the retry joins it); then it is aborted.",
+    )
+
+    # --- slow and idle clients ---------------------------------------------------------------
+    body_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="Longest time to receive a request's body; a client that drips it gets 408.",
+    )
+    max_connections: int = Field(
+        2048,
+        ge=1,
+        description="Concurrent connections (and requests) the server takes; past it new ones "
+        "get 503.",
+    )
+    keep_alive_s: int = Field(
+        75,
+        ge=1,
+        description="How long an idle keep-alive connection stays open; longer than clients' "
+        "pool expiry (httpx: 5 s) and load balancers' idle timeout (often 60 s), so the "
+        "server never closes a connection a client is about to reuse.",
+    )
+
     # --- lifecycle ---------------------------------------------------------------------------
     shutdown_grace_s: float = Field(
         30.0,
@@ -311,6 +387,25 @@ class Settings(BaseSettings):
         description="Live judgments in flight at which sampled checks are not started and "
         "running ones are cancelled, so live traffic goes first.",
     )
+
+    def weights(self) -> dict[str, int]:
+        """``tenant_weights`` as a mapping (validated when the settings are read)."""
+        out: dict[str, int] = {}
+        for part in filter(None, (p.strip() for p in self.tenant_weights.split(","))):
+            name, _, weight = part.partition("=")
+            out[name.strip()] = int(weight)
+        return out
+
+    @model_validator(mode="after")
+    def _weights_parse(self) -> Settings:
+        for part in filter(None, (p.strip() for p in self.tenant_weights.split(","))):
+            name, eq, weight = part.partition("=")
+            if not eq or not name.strip() or not weight.strip().isdigit() or int(weight) < 1:
+                raise ValueError(
+                    f"REFLECTRM_TENANT_WEIGHTS: {part!r} is not 'name=weight' with a whole "
+                    "weight >= 1"
+                )
+        return self
 
     @model_validator(mode="after")
     def _remote_engine_has_a_url(self) -> Settings:

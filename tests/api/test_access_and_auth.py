@@ -91,9 +91,11 @@ def test_requests_sharing_a_client_id_get_distinct_engine_request_ids():
 
     engine.generate = spy  # type: ignore[method-assign]
     with TestClient(app) as c:
-        for _ in range(2):
+        for seed in range(2):  # two different calls (identical ones would share one judgment)
             r = c.post(
-                "/v1/judge", json={**GOOD, "mode": "single"}, headers={"X-Request-ID": "same"}
+                "/v1/judge",
+                json={**GOOD, "mode": "single", "seed": seed},
+                headers={"X-Request-ID": "same"},
             )
             assert r.json()["request_id"] == "same"
     assert len(seen) == 2

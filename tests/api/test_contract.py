@@ -271,7 +271,9 @@ def test_a_burst_past_the_limit_waits_in_the_queue_and_every_call_is_answered():
     with client_for(engine, max_concurrent_judgments=2) as c:
         with ThreadPoolExecutor(max_workers=8) as pool:
             statuses = list(
-                pool.map(lambda _: c.post("/v1/judge", json=GOOD).status_code, range(8))
+                pool.map(
+                    lambda i: c.post("/v1/judge", json={**GOOD, "seed": i}).status_code, range(8)
+                )
             )
         admission = c.app.state.reflectrm.admission
         assert (admission.in_flight, admission.queued) == (0, 0)

@@ -64,7 +64,7 @@ def test_judgments_in_flight_end_with_503_when_the_engine_dies_not_at_their_dead
         engine=engine,
     )
     with TestClient(app) as c, ThreadPoolExecutor(4) as pool:
-        calls = [pool.submit(c.post, "/v1/judge", json=GOOD) for _ in range(4)]
+        calls = [pool.submit(c.post, "/v1/judge", json={**GOOD, "seed": i}) for i in range(4)]
         wait_for(lambda: len(engine.calls) == 2, "two judgments in flight, two queued")
         engine.dead = True
         answers = [f.result(timeout=60) for f in calls]  # not 600 s: the deadline

@@ -124,7 +124,7 @@ def test_early_exits_parse_failures_and_no_verdicts():
     with TestClient(create_app(Settings(), engine=engine)) as c:
         c.post("/v1/judge", json=GOOD)
         engine.stage1 = [judgment(None)] * 8
-        assert c.post("/v1/judge", json=GOOD).json()["outcome"] == "no_verdict"
+        assert c.post("/v1/judge", json={**GOOD, "seed": 1}).json()["outcome"] == "no_verdict"
         s = scrape(c)
     assert value(s, "reflectrm_early_exits_total") == 1
     assert value(s, "reflectrm_parse_failures_total", stage="rollouts") == 2 + 8
@@ -180,7 +180,7 @@ def test_rejected_requests_and_in_flight():
         while value(scrape(c), "reflectrm_judgments_in_flight") < 1:
             assert time.monotonic() < deadline, "the first judgment never started"
             time.sleep(0.02)
-        assert c.post("/v1/judge", json=GOOD).status_code == 429
+        assert c.post("/v1/judge", json={**GOOD, "seed": 1}).status_code == 429
         first.join()
         s = scrape(c)
     assert value(s, "reflectrm_judgments_total", outcome="rejected") == 1

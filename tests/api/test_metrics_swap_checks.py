@@ -37,9 +37,9 @@ def wait_for(client: TestClient, done: Callable[[Samples], bool], timeout_s: flo
         time.sleep(0.02)
 
 
-def timed_judgment(client: TestClient) -> float:
+def timed_judgment(client: TestClient, seed: int = 0) -> float:
     started = time.monotonic()
-    r = client.post("/v1/judge", json=GOOD)
+    r = client.post("/v1/judge", json={**GOOD, "seed": seed})
     assert r.status_code == 200
     return time.monotonic() - started
 
@@ -73,12 +73,12 @@ def test_sampled_checks_take_every_nth_judgment_with_a_verdict():
     with TestClient(
         create_app(Settings(swap_check_fraction=0.25), engine=first_shown_engine())
     ) as c:
-        for _ in range(8):
-            assert c.post("/v1/judge", json=GOOD).status_code == 200
+        for seed in range(8):
+            assert c.post("/v1/judge", json={**GOOD, "seed": seed}).status_code == 200
         s = wait_for(c, lambda s: value(s, "reflectrm_swap_checks_total", source="sampled") == 2)
         # check_swap requests are checked already, so they are never sampled.
-        for _ in range(4):
-            c.post("/v1/judge", json={**GOOD, "check_swap": True})
+        for seed in range(4):
+            c.post("/v1/judge", json={**GOOD, "check_swap": True, "seed": seed})
         s = wait_for(c, lambda s: value(s, "reflectrm_swap_checks_total", source="requested") == 4)
     assert value(s, "reflectrm_swap_checks_total", source="sampled") == 2
     assert value(s, "reflectrm_swap_checks_dropped_total") == 0
@@ -92,7 +92,7 @@ def test_live_traffic_preempts_a_running_check():
         timed_judgment(c)
         assert state.swap_checks.running == 1
         # A live request arrives: the check is cancelled and its engine request aborted.
-        timed_judgment(c)
+        timed_judgment(c, seed=1)
         s = scrape(c)
         assert value(s, "reflectrm_swap_checks_dropped_total", reason="preempted") == 1
         assert engine.aborted == 1

@@ -120,7 +120,8 @@ def test_after_judgments_complete_retry_after_comes_from_the_measured_rate():
         engine.gate.set()
         for t in (0.0, 4.0, 8.0):  # three judgments 4 s apart: 0.25 judgments per second
             now[0] = t
-            assert httpx.post(f"{s.url}/v1/judge", json=BODY).status_code == 200
+            body = {**BODY, "seed": 1000 + int(t)}  # not one of the burst's seeds
+            assert httpx.post(f"{s.url}/v1/judge", json=body).status_code == 200
         engine.gate.clear()
         results: list = []
         sender = threading.Thread(target=lambda: results.extend(asyncio.run(burst(s.url, 6))))

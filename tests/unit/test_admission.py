@@ -94,9 +94,9 @@ async def test_retry_after_follows_the_measured_rate():
     assert admission.retry_after_s() == 2
     # One slot busy and three waiting: ahead = 3 + (1 - 1 + 1) = 4, (4 + 1) / 0.5 = 10 s.
     admission._in_flight = 1
-    admission._waiters.extend(asyncio.get_running_loop().create_future() for _ in range(3))
+    admission._queued = 3
     assert admission.retry_after_s() == 10
-    admission._waiters.clear()
+    admission._queued = 0
     admission._in_flight = 0
 
 

@@ -6,6 +6,9 @@ a request without a valid key gets 401 with ``WWW-Authenticate: Bearer``; ``/hea
 ``REFLECTRM_METRICS_REQUIRE_KEY`` is set. Keys are compared as SHA-256 digests with
 ``hmac.compare_digest``, against every configured key, so the time taken does not depend on how
 much of a key matched. Keys never appear in logs or error messages.
+
+A valid key is also its caller's tenant for fair queuing: ``key-`` and the first 12 hex digits of
+the key's SHA-256 (``tenant_of_key``), a name that says which key without being it.
 """
 
 from __future__ import annotations
@@ -60,8 +63,17 @@ def load_keys(settings: Settings) -> list[str]:
     return keys
 
 
+TENANT_KEY = "reflectrm_tenant"
+
+
 def _digest(key: bytes) -> bytes:
     return hashlib.sha256(key).digest()
+
+
+def tenant_of_key(key: str | bytes) -> str:
+    """The tenant name of an API key (for REFLECTRM_TENANT_WEIGHTS and the metrics)."""
+    raw = key.encode() if isinstance(key, str) else key
+    return "key-" + hashlib.sha256(raw).hexdigest()[:12]
 
 
 class ApiKeyAuth:
@@ -94,6 +106,7 @@ class ApiKeyAuth:
         if not self.allowed(token):
             await _refuse(send, "the API key is not valid", f'{REALM}, error="invalid_token"')
             return
+        scope.setdefault("state", {})[TENANT_KEY] = tenant_of_key(token)
         await self.app(scope, receive, send)
 
 

@@ -5,6 +5,10 @@ one strict reading of JSON.
 is refused with 413 before a byte of it is read; a body without a length (chunked) is counted as
 it arrives and refused as soon as it passes the bound, so no more than the bound is ever held.
 
+A slow client is bounded too: the whole body must arrive within ``body_timeout_s`` of its first
+read, or the request gets 408 (a client dripping its body a byte a second holds a connection and
+everything behind it otherwise).
+
 ``StrictJSONRoute`` parses JSON bodies as RFC 8259 describes them for interchange: UTF-8 text,
 each key once per object, numbers without NaN or Infinity, integers of sane length, bounded
 nesting. Anything else is a 422 naming what is wrong, never a 400 without a reason or a 500.
@@ -12,7 +16,9 @@ nesting. Anything else is a 422 naming what is wrong, never a 400 without a reas
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -34,6 +40,20 @@ class BodyTooLarge(HTTPException):
         super().__init__(413, detail=too_large_detail(limit))
 
 
+class BodyTooSlow(HTTPException):
+    """The body did not arrive within the bound."""
+
+    def __init__(self, timeout_s: float) -> None:
+        super().__init__(408, detail=too_slow_detail(timeout_s))
+
+
+def too_slow_detail(timeout_s: float) -> str:
+    return (
+        f"the request body did not arrive within {timeout_s:g} s (REFLECTRM_BODY_TIMEOUT_S); "
+        "send it at once"
+    )
+
+
 def too_large_detail(limit: int) -> str:
     return (
         f"the request body is larger than {limit:,} bytes, this server's bound "
@@ -45,9 +65,10 @@ def too_large_detail(limit: int) -> str:
 class BodyLimit:
     """ASGI middleware: request bodies over ``max_bytes`` get 413 without being read whole."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, timeout_s: float = 30.0) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.timeout_s = timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -61,17 +82,8 @@ class BodyLimit:
             await _reply(send, 413, too_large_detail(self.max_bytes))
             return
 
-        received = 0
+        body = _BoundedBody(receive, self.max_bytes, self.timeout_s)
         started = False
-
-        async def counted() -> Message:
-            nonlocal received
-            message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > self.max_bytes:
-                    raise BodyTooLarge(self.max_bytes)
-            return message
 
         async def watched(message: Message) -> None:
             nonlocal started
@@ -80,11 +92,44 @@ class BodyLimit:
             await send(message)
 
         try:
-            await self.app(scope, counted, watched)
+            await self.app(scope, body.receive, watched)
         except BodyTooLarge:
             if started:
                 raise
             await _reply(send, 413, too_large_detail(self.max_bytes))
+        except BodyTooSlow:
+            if started:
+                raise
+            await _reply(send, 408, too_slow_detail(self.timeout_s))
+
+
+class _BoundedBody:
+    """The request's ``receive``, counting the body's bytes and timing its arrival."""
+
+    def __init__(self, receive: Receive, max_bytes: int, timeout_s: float) -> None:
+        self._receive = receive
+        self.max_bytes = max_bytes
+        self.timeout_s = timeout_s
+        self.received = 0
+        self.complete = False
+        self._deadline: float | None = None
+
+    async def receive(self) -> Message:
+        if self.complete:  # the body is in: what follows is a wait for the disconnect
+            return await self._receive()
+        if self._deadline is None:
+            self._deadline = time.monotonic() + self.timeout_s
+        try:
+            async with asyncio.timeout(max(0.0, self._deadline - time.monotonic())):
+                message = await self._receive()
+        except TimeoutError:
+            raise BodyTooSlow(self.timeout_s) from None
+        if message["type"] == "http.request":
+            self.received += len(message.get("body", b""))
+            if self.received > self.max_bytes:
+                raise BodyTooLarge(self.max_bytes)
+            self.complete = not message.get("more_body", False)
+        return message
 
 
 def _content_length(scope: Scope) -> int | None:

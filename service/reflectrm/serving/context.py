@@ -10,6 +10,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from reflectrm.serving.admission import DEFAULT_TENANT
+
 
 async def _never() -> bool:
     return False
@@ -18,6 +20,9 @@ async def _never() -> bool:
 @dataclass
 class CallContext:
     request_id: str
+    # Whose call it is, for fair queuing and per-tenant bounds: the API key's identity, or the
+    # tenant the caller named when keys are off.
+    tenant: str = DEFAULT_TENANT
     # True once the caller has gone away; the call's work is then cancelled.
     is_disconnected: Callable[[], Awaitable[bool]] = _never
     # The fields of the call's log line (the access log owns the dict and writes it out).

@@ -26,6 +26,11 @@ class InvalidRequestError(ServiceError):
     outcome = "invalid"
 
 
+class TooMuchWorkError(InvalidRequestError):
+    """One call asks for more engine work than this server allows in one call
+    (REFLECTRM_MAX_CALL_WORK_TOKENS)."""
+
+
 class UnavailableError(ServiceError):
     """No engine to judge with: loading, failed, or stopping. Retry later or elsewhere."""
 
@@ -34,13 +39,15 @@ class UnavailableError(ServiceError):
 
 
 class OverloadedError(ServiceError):
-    """No slot within the queue's bounds; retry after ``retry_after_s`` seconds."""
+    """No slot within the queue's bounds; retry after ``retry_after_s`` seconds. ``bound``
+    names the bound that refused it (queue, tenant_queue, queue_timeout, tenants)."""
 
     outcome = "rejected"
 
-    def __init__(self, detail: str, retry_after_s: int) -> None:
+    def __init__(self, detail: str, retry_after_s: int, bound: str = "queue") -> None:
         super().__init__(detail)
         self.retry_after_s = retry_after_s
+        self.bound = bound
 
 
 class ClosedError(ServiceError):

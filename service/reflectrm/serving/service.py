@@ -16,8 +16,9 @@ engine batches them.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import secrets
-from collections.abc import Coroutine, Iterator, Sequence
+from collections.abc import Coroutine, Hashable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from reflectrm.aio import gather_all
@@ -29,7 +30,14 @@ from reflectrm.judging.types import Judgment, JudgmentSpec, Message
 from reflectrm.metrics import Metrics
 from reflectrm.serving.admission import Admission, until_disconnected
 from reflectrm.serving.context import CallContext
-from reflectrm.serving.errors import InvalidRequestError, UnavailableError, outcome_of
+from reflectrm.serving.errors import (
+    InvalidRequestError,
+    OverloadedError,
+    TooMuchWorkError,
+    UnavailableError,
+    outcome_of,
+)
+from reflectrm.serving.reuse import How, Reuse
 from reflectrm.serving.swap_checks import SwapChecker, swap_result
 from reflectrm.serving.types import (
     BatchResult,
@@ -55,6 +63,15 @@ def new_seed() -> int:
     return secrets.randbelow(2**31)
 
 
+def _samples(request: JudgmentSpec) -> int:
+    """Stage-1 outputs of one judgment: one greedy output in single mode."""
+    return 1 if request.mode == "single" else request.num_candidates
+
+
+def _group_samples(spec: GroupSpec) -> int:
+    return 1 if spec.mode == "single" else spec.num_candidates
+
+
 class JudgingService:
     def __init__(self, settings: Settings, metrics: Metrics | None = None) -> None:
         self.settings = settings
@@ -65,12 +82,24 @@ class JudgingService:
         self.unavailable: str | None = LOADING
         s = settings
         self.admission = Admission(
-            s.max_concurrent_judgments, s.max_queued_judgments, s.queue_timeout_s
+            s.max_concurrent_judgments,
+            s.max_queued_judgments,
+            s.queue_timeout_s,
+            max_queued_per_tenant=s.max_queued_per_tenant,
+            max_in_flight_per_tenant=s.max_in_flight_per_tenant,
+            weights=s.weights(),
+            max_tenants=s.max_tenants,
         )
         self.admission.on_wait = self.metrics.observe_queue_wait
         self.metrics.track_admission(
             lambda: self.admission.in_flight, lambda: self.admission.queued
         )
+        self.metrics.track_tenants(
+            lambda: {
+                name: (t.queued, t.in_flight) for name, t in self.admission.tenant_stats().items()
+            }
+        )
+        self.reuse = Reuse(s.result_cache_size, s.result_cache_ttl_s, s.retry_grace_s)
         self.swap_checks = SwapChecker(
             settings.swap_check_config(), self.metrics, live_load=self.live_load
         )
@@ -104,6 +133,7 @@ class JudgingService:
         """Admit nothing more and stop the background checks (before the engine shuts down)."""
         self.admission.close(reason)
         await self.swap_checks.close()
+        await self.reuse.close()
 
     # --- the operations ---------------------------------------------------------------------
 
@@ -112,9 +142,13 @@ class JudgingService:
         judge = self.require_judge()
         with self._observed(call, ask.mode):
             request = self._pair_request(ask)
-            result = await self._cancellable(call, self._pair(judge, call, ask, request, ""))
-            self._record_pair(call, result)
-        self._offer_swap_check(judge, result)
+            self._check_work([(self._pair_judgments(ask), _samples(request), request.max_tokens)])
+            result, how = await self._cancellable(
+                call, self._reused_pair(judge, call, ask, request, "")
+            )
+            self._record_pair(call, result, how)
+        if how == "judged":
+            self._offer_swap_check(judge, result)
         return result
 
     async def judge_batch(
@@ -128,6 +162,7 @@ class JudgingService:
             self._check_count(
                 "items", len(items), self.settings.max_batch_items, "REFLECTRM_MAX_BATCH_ITEMS"
             )
+            self._check_batch_work([item for item in items if isinstance(item, PairAsk)])
             work = [self._batch_item(judge, call, k, item) for k, item in enumerate(items)]
             done = await self._cancellable(call, gather_all(work))
             result = BatchResult(tuple(done), self._envelope(judge, call, call.request_id))
@@ -145,7 +180,8 @@ class JudgingService:
         judge = self.require_judge()
         with self._observed(call, ask.mode):
             spec = self._group_spec(ask)
-            result = await self._cancellable(call, self._group(judge, call, spec))
+            self._check_work([(self._group_judgments(spec), _group_samples(spec), spec.max_tokens)])
+            result = await self._cancellable(call, self._reused_group(judge, call, spec, ""))
             self._record_many(
                 call,
                 ask.mode,
@@ -163,7 +199,12 @@ class JudgingService:
         judge = self.require_judge()
         with self._observed(call, options.mode):
             specs = self._sample_specs(samples, options)
-            groups = [self._group(judge, call, spec, f"-q{k}") for k, spec in enumerate(specs)]
+            self._check_work(
+                [(self._group_judgments(sp), _group_samples(sp), sp.max_tokens) for sp in specs]
+            )
+            groups = [
+                self._reused_group(judge, call, spec, f"-q{k}") for k, spec in enumerate(specs)
+            ]
             results = await self._cancellable(call, gather_all(groups))
             outcomes = [o for r in results for o in self._group_outcomes(r)]
             tokens = sum(r.usage.generated_tokens for r in results)
@@ -181,6 +222,46 @@ class JudgingService:
                 f"{s.max_tokens_limit} (REFLECTRM_MAX_TOKENS_LIMIT)"
             )
         return max_tokens
+
+    @staticmethod
+    def _pair_judgments(ask: PairAsk) -> int:
+        return 2 if ask.two_orders else 1
+
+    @staticmethod
+    def _group_judgments(spec: GroupSpec) -> int:
+        comparisons, _ = plan(spec.strategy, spec.completions, spec.seed, spec.pivot)
+        return len(comparisons) * (2 if spec.debias == "swap" else 1)
+
+    def _check_work(self, parts: Sequence[tuple[int, int, int]]) -> None:
+        """One call's engine work, judgments x candidates x max_tokens (summed over its pairs,
+        items or samples), within the bound."""
+        work, limit = sum(j * c * t for j, c, t in parts), self.settings.max_call_work_tokens
+        if work <= limit:
+            return
+        if len(parts) == 1:
+            j, c, t = parts[0]
+            asked = f"{j} judgments x {c} candidates x {t} max_tokens = {work}"
+        else:
+            judgments = sum(j for j, _, _ in parts)
+            asked = f"{judgments} judgments, judgments x candidates x max_tokens summed = {work}"
+        raise TooMuchWorkError(
+            f"this call asks for {asked} tokens of engine work, {work - limit} over this "
+            f"server's bound of {limit} (REFLECTRM_MAX_CALL_WORK_TOKENS); split it, or lower "
+            "num_candidates or max_tokens"
+        )
+
+    def _check_batch_work(self, asks: Sequence[PairAsk]) -> None:
+        s = self.settings
+        self._check_work(
+            [
+                (
+                    self._pair_judgments(a),
+                    1 if a.mode == "single" else (a.num_candidates or s.num_candidates),
+                    a.max_tokens or s.max_tokens,
+                )
+                for a in asks
+            ]
+        )
 
     @staticmethod
     def _check_count(what: str, count: int, limit: int, setting: str) -> None:
@@ -223,6 +304,7 @@ class JudgingService:
             num_candidates=ask.num_candidates or self.settings.num_candidates,
             max_tokens=self._max_tokens(ask.max_tokens),
             seed=new_seed() if ask.seed is None else ask.seed,
+            seed_drawn=ask.seed is None,
         )
 
     def _sample_specs(
@@ -271,7 +353,7 @@ class JudgingService:
     ) -> Judgment:
         """One judgment, admitted: it waits for a slot and runs under the deadline."""
         work = judge.judge(request, call.engine_id + suffix)
-        return await self.admission.admitted(work, self.settings.request_timeout_s)
+        return await self.admission.admitted(work, self.settings.request_timeout_s, call.tenant)
 
     async def _orders(
         self,
@@ -292,6 +374,57 @@ class JudgingService:
         )
         return first, second
 
+    # --- identical calls: joined while in flight, answered from the cache after ----------------
+
+    @staticmethod
+    def _pair_key(tenant: str, ask: PairAsk, request: JudgmentSpec) -> Hashable:
+        """What makes two pair calls identical: the tenant, the content and every setting that
+        changes the answer (the seed as asked: an unseeded call matches an unseeded one)."""
+        return (
+            "pair",
+            tenant,
+            request.conversation,
+            request.responses,
+            request.mode,
+            request.num_candidates,
+            request.max_tokens,
+            request.ablation,
+            ask.seed,
+            ask.debias,
+            ask.check_swap,
+        )
+
+    async def _reused_pair(
+        self, judge: Judge, call: CallContext, ask: PairAsk, request: JudgmentSpec, suffix: str
+    ) -> tuple[PairResult, How]:
+        key = self._pair_key(call.tenant, ask, request)
+        result, how = await self.reuse.run(
+            key, lambda: self._pair(judge, call, ask, request, suffix)
+        )
+        if how != "judged":
+            self.metrics.observe_reuse(how)
+            envelope = self._envelope(judge, call, call.request_id + suffix)
+            result = dataclasses.replace(result, ask=ask, envelope=envelope)
+        return result, how
+
+    async def _reused_group(
+        self, judge: Judge, call: CallContext, spec: GroupSpec, suffix: str
+    ) -> GroupResult:
+        # The spec holds the drawn seed; an unseeded group is keyed without it.
+        key = (
+            "group",
+            call.tenant,
+            dataclasses.replace(spec, seed=-1) if spec.seed_drawn else spec,
+        )
+        result, how = await self.reuse.run(key, lambda: self._group(judge, call, spec, suffix))
+        if how != "judged":
+            self.metrics.observe_reuse(how)
+            call.note(reused=how)
+            result = dataclasses.replace(
+                result, envelope=self._envelope(judge, call, call.request_id)
+            )
+        return result
+
     async def _pair(
         self, judge: Judge, call: CallContext, ask: PairAsk, request: JudgmentSpec, suffix: str
     ) -> PairResult:
@@ -308,10 +441,11 @@ class JudgingService:
         suffix = f"-i{index}"
         try:
             request = self._pair_request(item)
-            result = await self._pair(judge, call, item, request, suffix)
+            result, how = await self._reused_pair(judge, call, item, request, suffix)
         except (InvalidRequestError, PromptTooLongError) as exc:
             return FailedItem(item.mode, exc)
-        self._offer_swap_check(judge, result)
+        if how == "judged":
+            self._offer_swap_check(judge, result)
         return result
 
     async def _group(
@@ -382,6 +516,10 @@ class JudgingService:
             yield
         except BaseException as exc:
             outcome = outcome_of(exc)
+            if isinstance(exc, OverloadedError):
+                self.metrics.refused(call.tenant, exc.bound)
+            elif isinstance(exc, TooMuchWorkError):
+                self.metrics.refused(call.tenant, "call_work")
             self.metrics.observe_request(mode, outcome)
             call.note(mode=mode, outcome=outcome)
             raise
@@ -396,15 +534,19 @@ class JudgingService:
     def _count_swap(self, judgment: Judgment, swap: Judgment) -> None:
         self.metrics.observe_swap_check("requested", swap_result(consistent(judgment, swap)))
 
-    def _record_pair(self, call: CallContext, result: PairResult) -> None:
-        """One pair: its judgment, the swapped-order one if it ran, and the answer's outcome."""
+    def _record_pair(self, call: CallContext, result: PairResult, how: How) -> None:
+        """One pair: its judgment, the swapped-order one if it ran, and the answer's outcome;
+        an answer reused from an identical call adds no engine work."""
         mode, outcome = result.ask.mode, result.answer.outcome
-        if result.swap is not None:
+        if result.swap is not None and how == "judged":
             self._count_swap(result.judgment, result.swap)
         self.metrics.observe_request(mode, outcome, call.seconds)
         usage = result.answer.usage
         call.note(mode=mode, outcome=outcome)
         call.note(winner=result.judgment.winner)
+        if how != "judged":
+            call.note(reused=how)
+            return
         call.count(
             engine_requests=usage.engine_requests,
             prompt_tokens=usage.prompt_tokens,

@@ -121,6 +121,8 @@ class GroupSpec:
     num_candidates: int
     max_tokens: int
     seed: int
+    # The caller gave no seed and the service drew it (identical calls are matched without it).
+    seed_drawn: bool = False
 
 
 @dataclass(frozen=True)
