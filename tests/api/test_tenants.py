@@ -273,3 +273,35 @@ def test_a_body_that_drips_gets_408_and_the_server_goes_on():
     assert reply.startswith(b"HTTP/1.1 408"), reply[:200]
     assert waited < 5
     assert ok.status_code == 200
+
+
+def test_batch_defaults_are_shared_by_the_items_not_copied_and_reach_the_engine():
+    from reflectrm.api import convert, schemas
+
+    long_prompt = "Which answer is right? " + "context " * 20_000
+    body = schemas.BatchRequest.model_validate(
+        {
+            "defaults": {"prompt": long_prompt, "mode": "single"},
+            "items": [
+                {"responses": ["4", "5"], "seed": 1},
+                {"responses": ["6", "7"], "seed": 2},
+                {"prompt": "Own question?", "responses": ["a", "b"]},
+                {"responses": ["only one"]},
+            ],
+        }
+    )
+    items = convert.batch_items(body)
+    first, second, own, bad = items
+    assert first.conversation is second.conversation  # one object, not a copy per item
+    assert first.conversation[0].content == long_prompt
+    assert own.conversation[0].content == "Own question?"
+    assert "responses" in str(bad.error)
+
+    engine = ScriptedEngine(stage1=[judgment(1)])
+    with served(create_app(Settings(), engine=engine)) as s:
+        r = httpx.post(f"{s.url}/v1/judge/batch", json=body.model_dump(exclude_none=True))
+    assert r.status_code == 200, r.text
+    assert [item["status"] for item in r.json()["results"]] == [200, 200, 200, 422]
+    prompts = [text for text, _ in engine.calls]
+    assert sum(long_prompt[:40] in p for p in prompts) == 2
+    assert not any("(the defaults' conversation)" in p for p in prompts)

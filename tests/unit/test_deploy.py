@@ -284,6 +284,31 @@ def test_prometheus_config_is_valid():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_alerting_rules_fire_when_their_tests_say():
+    """promtool runs deploy/alerts.test.yml: each alert fires on the series meant to fire it,
+    at the time it should, with its summary, and not before."""
+    promtool = tool("promtool")
+    checked = subprocess.run(
+        [promtool, "check", "rules", str(DEPLOY / "alerts.yml")], capture_output=True, text=True
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "4 rules found" in checked.stdout + checked.stderr
+    tested = subprocess.run(
+        [promtool, "test", "rules", "alerts.test.yml"],
+        capture_output=True,
+        text=True,
+        cwd=DEPLOY,
+    )
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+
+
+def test_compose_mounts_the_rules_prometheus_loads():
+    prometheus_yml = yaml.safe_load((DEPLOY / "prometheus.yml").read_text())
+    assert prometheus_yml["rule_files"] == ["alerts.yml"]
+    volumes = yaml.safe_load(COMPOSE.read_text())["services"]["prometheus"]["volumes"]
+    assert "./deploy/alerts.yml:/etc/prometheus/alerts.yml:ro" in volumes
+
+
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
 def test_dockerfiles_pass_hadolint(dockerfile: Path):
     hadolint = tool("hadolint")

@@ -4,6 +4,7 @@ bodies into asks, results into response bodies. Field mapping only; the arithmet
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -57,16 +58,17 @@ def batch_mode(body: schemas.BatchRequest) -> str:
     return body.defaults.mode if body.defaults and body.defaults.mode else "reflect"
 
 
-def _item_body(
-    raw: dict[str, object], defaults: schemas.BatchDefaults | None
-) -> schemas.JudgeRequest:
+# Stands in for the defaults' conversation while an item that has none of its own is validated,
+# so that a large default prompt is validated and held once, not copied into every item.
+_SHARED = "(the defaults' conversation)"
+
+
+def _item_body(raw: dict[str, object], defaults: dict[str, object]) -> schemas.JudgeRequest:
     """An item completed by the defaults (an item's conversation replaces the default one)."""
-    merged: dict[str, object] = {}
-    if defaults is not None:
-        merged = defaults.model_dump(exclude_none=True)
-        if "prompt" in raw or "messages" in raw:
-            merged.pop("prompt", None)
-            merged.pop("messages", None)
+    merged = dict(defaults)
+    if "prompt" in raw or "messages" in raw:
+        merged.pop("prompt", None)
+        merged.pop("messages", None)
     merged.update(raw)
     return schemas.JudgeRequest.model_validate(merged)
 
@@ -81,18 +83,28 @@ def _validation_detail(exc: ValidationError) -> str:
 
 def batch_items(body: schemas.BatchRequest) -> list[PairAsk | FailedItem]:
     """Each item as an ask, or, when it does not validate, as a failed item (422) whose error
-    says what to fix; the other items are judged."""
-    defaults, mode = body.defaults, batch_mode(body)
+    says what to fix; the other items are judged. Items without a conversation of their own
+    share the defaults' one: one object for all of them."""
+    mode = batch_mode(body)
+    defaults: dict[str, object] = {}
+    shared: tuple[types.Message, ...] | None = None
+    if body.defaults is not None:
+        defaults = body.defaults.model_dump(exclude_none=True, exclude={"prompt", "messages"})
+        if body.defaults.prompt is not None or body.defaults.messages is not None:
+            shared = messages_of(body.defaults)  # type: ignore[arg-type]
+            defaults["prompt"] = _SHARED
     items: list[PairAsk | FailedItem] = []
     for raw in body.items:
+        own = "prompt" in raw or "messages" in raw
         try:
-            items.append(pair_ask(_item_body(raw, defaults)))
+            ask = pair_ask(_item_body(raw, defaults))
         except ValidationError as exc:
-            items.append(
-                FailedItem(
-                    str(raw.get("mode") or mode), InvalidRequestError(_validation_detail(exc))
-                )
-            )
+            error = InvalidRequestError(_validation_detail(exc))
+            items.append(FailedItem(str(raw.get("mode") or mode), error))
+            continue
+        if shared is not None and not own:
+            ask = dataclasses.replace(ask, conversation=shared)
+        items.append(ask)
     return items
 
 
