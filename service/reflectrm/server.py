@@ -17,6 +17,7 @@ import socket
 from types import FrameType
 
 import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from reflectrm.serving.lifecycle import Lifecycle
 from reflectrm.settings import Settings
@@ -25,6 +26,50 @@ log = logging.getLogger(__name__)
 
 # After the drain, how long uvicorn waits for connections still open before closing them.
 CLOSE_CONNECTIONS_S = 5.0
+
+
+class HeadDeadlineProtocol(H11Protocol):
+    """uvicorn's h11 protocol with a deadline for each request's head: a connection whose request
+    line and headers have not arrived within ``head_timeout_s`` (of the connection, or of the
+    first byte after the previous response) is closed. uvicorn bounds idle keep-alive time but
+    not a head sent slowly, so a client dripping its headers would hold its connection at will.
+    The body has its own deadline (``api.body.BodyLimit``)."""
+
+    head_timeout_s = 10.0
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._arm_head_timer()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self.cycle is None or self.cycle.response_complete:
+            self._arm_head_timer()  # the head of the next request is still coming
+        else:
+            self._disarm_head_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm_head_timer()
+        super().connection_lost(exc)
+
+    def _arm_head_timer(self) -> None:
+        if self._head_timer is None:
+            self._head_timer = self.loop.call_later(self.head_timeout_s, self._head_too_slow)
+
+    def _disarm_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_too_slow(self) -> None:
+        self._head_timer = None
+        if (self.cycle is None or self.cycle.response_complete) and not self.transport.is_closing():
+            self.transport.close()
+
+
+def head_deadline_protocol(timeout_s: float) -> type[HeadDeadlineProtocol]:
+    return type("HeadDeadline", (HeadDeadlineProtocol,), {"head_timeout_s": timeout_s})
 
 
 class DrainingServer(uvicorn.Server):
@@ -76,6 +121,7 @@ def serve(settings: Settings, log_level: str = "info") -> int:
         # longer than clients' pools keep theirs, so a pooled connection is not closed under
         # a client about to reuse it; the body's own deadline is api.body.BodyLimit's.
         limit_concurrency=settings.max_connections,
+        http=head_deadline_protocol(settings.head_timeout_s),
         timeout_keep_alive=settings.keep_alive_s,
     )
     DrainingServer(config, lifecycle).run()

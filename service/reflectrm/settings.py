@@ -179,6 +179,13 @@ class Settings(BaseSettings):
     )
 
     # --- slow and idle clients ---------------------------------------------------------------
+    head_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="Longest time to receive a request's line and headers (from the "
+        "connection, or from the first byte after the previous response); past it the "
+        "connection is closed.",
+    )
     body_timeout_s: float = Field(
         30.0,
         gt=0,

@@ -305,3 +305,37 @@ def test_batch_defaults_are_shared_by_the_items_not_copied_and_reach_the_engine(
     prompts = [text for text, _ in engine.calls]
     assert sum(long_prompt[:40] in p for p in prompts) == 2
     assert not any("(the defaults' conversation)" in p for p in prompts)
+
+
+def test_a_head_that_drips_is_cut_off_and_the_server_goes_on():
+    from reflectrm.server import head_deadline_protocol
+
+    engine = ScriptedEngine(stage1=[judgment(1)])
+    app = create_app(Settings(), engine=engine)
+    with served(app, http=head_deadline_protocol(0.5)) as s:
+        host, port = s.url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=10) as conn:
+            started = time.monotonic()
+            conn.sendall(b"POST /v1/judge HTTP/1.1\r\nHost: x\r\n")
+            closed_after = None
+            for _ in range(40):  # a header byte every 0.1 s, never the blank line
+                time.sleep(0.1)
+                try:
+                    conn.sendall(b"X")
+                    conn.settimeout(0.01)
+                    if conn.recv(1) == b"":
+                        closed_after = time.monotonic() - started
+                        break
+                except (TimeoutError, BlockingIOError):
+                    continue
+                except OSError:
+                    closed_after = time.monotonic() - started
+                    break
+        idle = socket.create_connection((host, int(port)), timeout=10)
+        idle.settimeout(5)
+        assert idle.recv(1) == b""  # a connection that sends nothing is closed too
+        idle.close()
+        ok = httpx.post(f"{s.url}/v1/judge", json=BODY)
+    assert closed_after is not None, "the connection was never closed"
+    assert 0.4 < closed_after < 2.0
+    assert ok.status_code == 200
