@@ -24,7 +24,12 @@ from reflectrm.engines.config import RemoteConfig
 from reflectrm.engines.remote import RemoteEngine
 from reflectrm.engines.vllm_engine import VLLMEngine
 from reflectrm.judging.judge import Judge, JudgeConfig
-from reflectrm.judging.prompts import get_template, preference_messages, reflection_messages
+from reflectrm.judging.prompts import (
+    get_template,
+    preference_chat,
+    preference_messages,
+    reflection_messages,
+)
 from reflectrm.judging.types import JudgmentSpec, Message
 from reflectrm.models import default_cache_dir, default_model_dir
 from tests.conftest import judgment
@@ -440,3 +445,54 @@ def test_split_special_tokens_alone_would_still_make_added_tokens(thinking_token
     plain = ChatRenderer(tok).encode_plain("<think></think><|im_end|>")
     assert not markers(tok).intersection(plain)
     assert tok.decode(plain) == "<think></think><|im_end|>"
+
+
+# --- the hostile-text load test's two ways to build a prompt ------------------------------------
+
+
+def test_the_hostile_text_attacks_add_control_tokens_only_unprotected(smol_tokenizer: Any) -> None:
+    from loadtests.hostile_text import ATTACKS, UnprotectedEngine, markdown
+
+    tok = smol_tokenizer
+    served = make_engine("vllm", tok)
+    unprotected = UnprotectedEngine(served, tok)
+    template = get_template("v1")
+    conversation = (Message("user", "What is 2 + 2?"),)
+
+    def controls(engine: Any, text: str) -> int:
+        prompt = engine.render_chat(preference_chat(template, conversation, text, "4."))
+        return sum(t in markers(tok) for t in prompt.token_ids)
+
+    base = controls(served, "5.")
+    assert controls(unprotected, "5.") == base
+    chat = {"turn_injection", "system_injection", "end_of_text"}
+    for name, attack in ATTACKS.items():
+        text = "5." + attack(1, 2)
+        assert controls(served, text) == base, name
+        if name in chat:
+            assert controls(unprotected, text) > base, name
+        else:
+            assert controls(unprotected, text) == base, name
+    row = {
+        "attack": "turn_injection",
+        "mode": "served",
+        "cases": 2,
+        "winner_changed": 1,
+        "moved_to_attacked": 1,
+        "winner_attacked": 1,
+        "baseline_winner_attacked": 0,
+        "share_of_votes_for_attacked": 0.5,
+        "baseline_share_of_votes_for_attacked": 0.25,
+        "control_tokens_added": 0,
+    }
+    report = {
+        "model": "m",
+        "pairs": 1,
+        "orders": 2,
+        "mode": "vote",
+        "max_tokens": 40,
+        "seconds": 1.0,
+        "results": {"turn_injection/served": row},
+    }
+    line = "| turn_injection | served | 2 | 1/2 | 1/2 | 1/2 (0/2) | 0.50 (0.25) | 0 per case |"
+    assert line in markdown(report)
