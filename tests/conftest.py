@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from reflectrm.engines.base import EngineError, Generation, GenerationResult, Prompt, SamplingSpec
+from reflectrm.judging.types import ChatMessage, plain_text
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -58,8 +59,8 @@ class ScriptedEngine:
     calls: list[tuple[str, SamplingSpec]] = field(default_factory=list)
     aborted: int = 0
 
-    def render_chat(self, messages: Sequence[dict[str, str]]) -> Prompt:
-        text = "\n".join(f"<{m['role']}>{m['content']}" for m in messages)
+    def render_chat(self, messages: Sequence[ChatMessage]) -> Prompt:
+        text = "\n".join(f"<{m['role']}>{plain_text(m['content'])}" for m in messages)
         return Prompt(text=text, token_ids=tuple(range(len(text.split()))))
 
     async def generate(

@@ -313,7 +313,9 @@ class Settings(BaseSettings):
     engine_tokenizer: str | None = Field(
         _REMOTE.tokenizer,
         description="Remote engine: render and tokenize prompts with this local tokenizer "
-        "('default', a folder or a hub id) instead of the fleet's /tokenize.",
+        "('default', a folder or a hub id) instead of the fleet's /tokenize, which turns chat "
+        "markup inside judged texts (an end-of-turn tag) into control tokens; set it when judging "
+        "texts you do not trust.",
     )
     engine_startup_timeout_s: float = Field(
         _REMOTE.startup_timeout_s,

@@ -109,3 +109,31 @@ def test_neutralize_changes_only_the_template_delimiters():
         "[3] [Response 3] x < y > z"
     )
     assert neutralize("plain text, nothing to change") == "plain text, nothing to change"
+
+
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_every_text_of_the_request_is_quoted_never_the_templates_own(version):
+    """The engines tokenize Quoted parts as plain text (engines/chat.py): every text that comes
+    from the request (turns, responses) or from the model quoting them (critiques) is one."""
+    from reflectrm.judging.prompts import get_template, preference_chat, reflection_chat
+    from reflectrm.judging.types import Quoted, plain_text
+
+    template = get_template(version)
+    conversation = (
+        Message("system", "TEXT-sys"),
+        Message("user", "TEXT-u1"),
+        Message("assistant", "TEXT-a1"),
+        Message("user", "TEXT-u2 {response_1}"),
+    )
+    chats = [
+        preference_chat(template, conversation, "TEXT-r1", "TEXT-r2"),
+        reflection_chat(template, conversation, "TEXT-r1", "TEXT-r2", "TEXT-c1", "TEXT-c2"),
+    ]
+    for chat in chats:
+        assert chat[0]["content"] == template.system
+        parts = chat[1]["content"]
+        own = [p for p in parts if isinstance(p, str)]
+        quoted = [p.text for p in parts if isinstance(p, Quoted)]
+        assert not any("TEXT-" in p for p in own)
+        assert all(q.startswith("TEXT-") for q in quoted)
+        assert len(quoted) == len(conversation) + 2 + 2 * ("TEXT-c1" in plain_text(parts))

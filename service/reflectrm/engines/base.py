@@ -6,6 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+from reflectrm.judging.types import ChatMessage
+
 FinishReason = Literal["stop", "length", "abort"]
 
 
@@ -76,8 +78,9 @@ class Engine(Protocol):
     @property
     def max_model_len(self) -> int: ...
 
-    def render_chat(self, messages: Sequence[dict[str, str]]) -> Prompt:
-        """Apply the model's chat template (thinking off where it knows the switch) and tokenize."""
+    def render_chat(self, messages: Sequence[ChatMessage]) -> Prompt:
+        """Apply the model's chat template (thinking off where it knows the switch) and tokenize;
+        ``Quoted`` parts of the messages as plain text only, never as markup."""
         ...
 
     async def generate(
@@ -106,7 +109,7 @@ class WrappedEngine:
     def max_model_len(self) -> int:
         return self.inner.max_model_len
 
-    def render_chat(self, messages: Sequence[dict[str, str]]) -> Prompt:
+    def render_chat(self, messages: Sequence[ChatMessage]) -> Prompt:
         return self.inner.render_chat(messages)
 
     async def generate(

@@ -3,9 +3,14 @@ vLLM's OpenAI-compatible HTTP API. The judging code sees the same Engine as in-p
 
 What each Engine call becomes (field names checked against vLLM 0.32's entrypoints):
 
-- ``render_chat``: ``POST /tokenize`` with ``messages`` (the fleet applies the model's chat template
-  with the generation prompt, thinking off where the template knows the switch), or a local
-  tokenizer when ``RemoteConfig.tokenizer`` is set.
+- ``render_chat``: with a local tokenizer (``RemoteConfig.tokenizer``), rendered and tokenized here
+  as the in-process engine does (engines/chat.py): quoted texts can never become special tokens
+  or chat markers. Without one, ``POST /tokenize`` with ``messages`` (the fleet applies the
+  model's chat template with the generation prompt, thinking off where the template knows the
+  switch). vLLM's /tokenize encodes the rendered text whole with special tokens parsed and has no
+  way to tokenize parts of it as plain text, so on that path a judged text holding the model's
+  markup (``<|im_end|>``) does become control tokens: opening such an engine logs a warning, and a
+  deployment judging texts it does not trust sets the local tokenizer.
 - ``generate``: ``POST /v1/completions`` with the prompt as token ids, ``n``, ``temperature``,
   ``max_tokens``, ``seed``, ``stop`` (kept in the text, as in-process), ``logprobs: 0`` (the sampled
   token's log-prob at each position, ``choices[i].logprobs.token_logprobs``), ``return_token_ids``
@@ -47,9 +52,10 @@ from reflectrm.engines.base import (
     Prompt,
     SamplingSpec,
 )
-from reflectrm.engines.chat import render_chat_with
+from reflectrm.engines.chat import ChatRenderer
 from reflectrm.engines.config import EngineConfig, RemoteConfig
 from reflectrm.engines.request_ids import judgment_id_of
+from reflectrm.judging.types import ChatMessage, plain_text
 from reflectrm.retry import AttemptResult, RetryPolicy, retry_call, retry_call_async
 from reflectrm.settings import DEFAULT_MODEL
 
@@ -166,7 +172,7 @@ class RemoteEngine:
         self._served_model = served_model
         self._max_model_len = max_model_len
         self._model_name = model_name or served_model
-        self._tokenizer = tokenizer
+        self._renderer = ChatRenderer(tokenizer) if tokenizer is not None else None
         self._sleep = sleep
         self._retry = retry_policy(config)
 
@@ -180,12 +186,20 @@ class RemoteEngine:
 
     # --- rendering ----------------------------------------------------------------------------
 
-    def render_chat(self, messages: Sequence[dict[str, str]]) -> Prompt:
-        if self._tokenizer is not None:
-            return render_chat_with(self._tokenizer, messages)
+    @property
+    def renders_locally(self) -> bool:
+        """Whether prompts are tokenized here, quoted texts as plain text (see the module doc)."""
+        return self._renderer is not None
+
+    def render_chat(self, messages: Sequence[ChatMessage]) -> Prompt:
+        if self._renderer is not None:
+            return self._renderer.render(messages)
+        # The fleet tokenizes the texts as it tokenizes the template: markup in them is parsed.
         body = {
             "model": self._served_model,
-            "messages": [{"role": m["role"], "content": m["content"]} for m in messages],
+            "messages": [
+                {"role": m["role"], "content": plain_text(m["content"])} for m in messages
+            ],
             "add_generation_prompt": True,
             "add_special_tokens": False,
             "chat_template_kwargs": CHAT_TEMPLATE_KWARGS,
@@ -452,6 +466,14 @@ async def remote_engine(config: EngineConfig, transport: Any = None) -> AsyncIte
             tokenizer=tokenizer,
         )
         log.info("engine fleet at %s serves %s (max_model_len=%d)", remote.url, served, max_len)
+        if tokenizer is None:
+            log.warning(
+                "prompts are tokenized by the fleet's %s, which turns chat markup inside judged "
+                "texts (such as <|im_end|>) into control tokens of the judge's prompt; set "
+                "REFLECTRM_ENGINE_TOKENIZER to the fleet model's tokenizer to tokenize judged "
+                "texts as plain text",
+                TOKENIZE,
+            )
         yield engine
     finally:
         await client.aclose()

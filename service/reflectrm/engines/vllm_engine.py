@@ -17,9 +17,10 @@ from reflectrm.engines.base import (
     Prompt,
     SamplingSpec,
 )
-from reflectrm.engines.chat import render_chat_with
+from reflectrm.engines.chat import ChatRenderer
 from reflectrm.engines.config import EngineConfig
 from reflectrm.engines.reaper import Reaper
+from reflectrm.judging.types import ChatMessage
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +104,7 @@ class VLLMEngine:
     ) -> None:
         self._llm = llm
         self._priority_scheduling = priority_scheduling
-        self._tokenizer = tokenizer
+        self._renderer = ChatRenderer(tokenizer)
         self._model_name = model_name
         self._max_model_len = max_model_len
 
@@ -115,8 +116,10 @@ class VLLMEngine:
     def max_model_len(self) -> int:
         return self._max_model_len
 
-    def render_chat(self, messages: Sequence[dict[str, str]]) -> Prompt:
-        return render_chat_with(self._tokenizer, messages)
+    def render_chat(self, messages: Sequence[ChatMessage]) -> Prompt:
+        """Rendered and tokenized here; the engine is given the token ids (``TokensPrompt``), so
+        vLLM never tokenizes the text again and a quoted text's markup stays text."""
+        return self._renderer.render(messages)
 
     async def generate(
         self, prompt: Prompt, spec: SamplingSpec, request_id: str

@@ -25,8 +25,8 @@ from reflectrm.judging.prompts import (
     RESPONSE_VERDICTS,
     get_template,
     output_regex,
-    preference_messages,
-    reflection_messages,
+    preference_chat,
+    reflection_chat,
 )
 from reflectrm.judging.types import (
     Candidate,
@@ -101,8 +101,8 @@ class Judge:
         """How many more tokens a reflection prompt (critiques empty) has than the judging prompt
         for the same pair: the template's difference, measured once instead of per request."""
         conv = (Message("user", "q"),)
-        base = self.engine.render_chat(preference_messages(self.template, conv, "a", "b"))
-        refl = self.engine.render_chat(reflection_messages(self.template, conv, "a", "b", "", ""))
+        base = self.engine.render_chat(preference_chat(self.template, conv, "a", "b"))
+        refl = self.engine.render_chat(reflection_chat(self.template, conv, "a", "b", "", ""))
         # Token boundaries around the inserted texts can shift by a few tokens.
         return refl.num_tokens - base.num_tokens + REFLECTION_MARGIN_TOKENS
 
@@ -112,7 +112,7 @@ class Judge:
         """Render the stage-1 prompt and check every prompt of the judgment fits the context."""
         r1, r2 = request.responses
         prompt = self.engine.render_chat(
-            preference_messages(self.template, request.conversation, r1, r2)
+            preference_chat(self.template, request.conversation, r1, r2)
         )
         limit = self.engine.max_model_len
         needed = prompt.num_tokens + request.max_tokens
@@ -242,7 +242,7 @@ class Judge:
 
         def render(cand: Candidate, pos: int) -> Prompt:
             first, second = (cand, anchor) if pos == 1 else (anchor, cand)
-            messages = reflection_messages(
+            messages = reflection_chat(
                 self.template, request.conversation, r1, r2, first.analysis, second.analysis
             )
             return self.engine.render_chat(messages)

@@ -7,10 +7,11 @@ every response and checkpoint manifest. Change the wording only by adding a new 
 from __future__ import annotations
 
 import re
+import string
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from reflectrm.judging.types import Message
+from reflectrm.judging.types import ChatMessage, Message, Quoted, plain_text
 
 TEMPLATE_VERSION = "v1"
 
@@ -183,20 +184,88 @@ def neutralize(text: str) -> str:
     return _MARKER.sub(r"(\1)", _TAG.sub(r"‹\1›", text))
 
 
+# A message's parts: the template's own text (str) and the texts it quotes (Quoted), in order.
+Parts = tuple[str | Quoted, ...]
+
+
+def quote(text: str) -> Quoted:
+    """An inserted text, its template delimiters defused, to be tokenized as plain text only."""
+    return Quoted(neutralize(text))
+
+
+def context_parts(conversation: Sequence[Message]) -> Parts:
+    """The conversation as the prompt quotes it: history and final user query, each turn
+    labelled (the labels are the template's, the turns quoted)."""
+    parts: list[str | Quoted] = []
+    for k, m in enumerate(conversation):
+        parts += ["\n\n" if k else "", f"[{_ROLE_NAMES[m.role]}]\n", quote(m.content)]
+    return tuple(parts)
+
+
 def render_context(conversation: Sequence[Message]) -> str:
     """The conversation as plain text: history and final user query, each turn labelled."""
-    return "\n\n".join(f"[{_ROLE_NAMES[m.role]}]\n{neutralize(m.content)}" for m in conversation)
+    return plain_text(context_parts(conversation))
+
+
+def _fill(form: str, fields: dict[str, Parts]) -> Parts:
+    """``form.format(**fields)`` as parts: each field's parts where the field stands."""
+    parts: list[str | Quoted] = []
+    for literal, name, _spec, _conversion in string.Formatter().parse(form):
+        parts.append(literal)
+        if name is not None:
+            parts += fields[name]
+    return tuple(p for p in parts if p != "")
+
+
+def _chat(template: Template, form: str, fields: dict[str, Parts]) -> list[ChatMessage]:
+    return [
+        {"role": "system", "content": template.system},
+        {"role": "user", "content": _fill(form, fields)},
+    ]
+
+
+def preference_chat(
+    template: Template, conversation: Sequence[Message], response_1: str, response_2: str
+) -> list[ChatMessage]:
+    """The stage-1 prompt, every text from the request quoted (what the engines render)."""
+    fields = {
+        "context": context_parts(conversation),
+        "response_1": (quote(response_1),),
+        "response_2": (quote(response_2),),
+    }
+    return _chat(template, template.preference, fields)
+
+
+def reflection_chat(
+    template: Template,
+    conversation: Sequence[Message],
+    response_1: str,
+    response_2: str,
+    critique_1: str,
+    critique_2: str,
+) -> list[ChatMessage]:
+    """The reflection prompt; the critiques (model output quoting the texts) quoted too."""
+    fields = {
+        "context": context_parts(conversation),
+        "response_1": (quote(response_1),),
+        "response_2": (quote(response_2),),
+        "critique_1": (quote(critique_1),),
+        "critique_2": (quote(critique_2),),
+    }
+    return _chat(template, template.reflection, fields)
+
+
+def as_text(messages: Sequence[ChatMessage]) -> list[dict[str, str]]:
+    """Messages with plain-string contents, as chat-template tools (training) take them."""
+    return [{"role": m["role"], "content": plain_text(m["content"])} for m in messages]
 
 
 def preference_messages(
     template: Template, conversation: Sequence[Message], response_1: str, response_2: str
 ) -> list[dict[str, str]]:
-    user = template.preference.format(
-        context=render_context(conversation),
-        response_1=neutralize(response_1),
-        response_2=neutralize(response_2),
-    )
-    return [{"role": "system", "content": template.system}, {"role": "user", "content": user}]
+    """The stage-1 prompt as plain text (for training data; the engines render
+    ``preference_chat``)."""
+    return as_text(preference_chat(template, conversation, response_1, response_2))
 
 
 def reflection_messages(
@@ -207,14 +276,9 @@ def reflection_messages(
     critique_1: str,
     critique_2: str,
 ) -> list[dict[str, str]]:
-    user = template.reflection.format(
-        context=render_context(conversation),
-        response_1=neutralize(response_1),
-        response_2=neutralize(response_2),
-        critique_1=neutralize(critique_1),
-        critique_2=neutralize(critique_2),
-    )
-    return [{"role": "system", "content": template.system}, {"role": "user", "content": user}]
+    """The reflection prompt as plain text (see ``preference_messages``)."""
+    chat = reflection_chat(template, conversation, response_1, response_2, critique_1, critique_2)
+    return as_text(chat)
 
 
 def output_regex(verdicts: tuple[str, str], max_analysis_chars: int | None) -> str:
