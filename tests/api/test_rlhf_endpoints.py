@@ -339,6 +339,8 @@ def test_duplicates_are_judged_once_and_say_so(client: TestClient):
     rr = rewards(client, completions=[A, B, A], strategy="round_robin")
     assert [c["pair"] for c in rr["comparisons"]] == [[0, 1]]
     assert rr["rewards"] == [0.75, 0.25, 0.75]
+    same = rewards(client, completions=[A, A + " "], strategy="knockout")
+    assert (same["rewards"], same["judgments"], same["rounds"]) == ([0.5, 0.5], 0, 0)
 
 
 def test_no_verdicts_are_counted_for_every_completion():

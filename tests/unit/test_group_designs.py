@@ -296,6 +296,26 @@ def test_duplicates_in_one_round_strategies():
     assert pairs(drive(named, lambda c: verdict(1.0))) == [(1, 2, 1)]
 
 
+@pytest.mark.parametrize("strategy", ["pivot", "round_robin", "knockout", "circular", "swiss"])
+def test_a_group_of_one_text_ties_without_a_judgment(strategy):
+    d = design(strategy, ["same", " same", "", "same\n"], seed=1)
+    assert d.next_round([]) == []
+    r = d.rewards([])
+    assert [x.reward for x in r] == [0.5, 0.5, EMPTY_REWARD, 0.5]
+    # The first stands for the others; with pivot, the pivot does (lengths 4, 5, 5: index 1).
+    entry = 1 if strategy == "pivot" else 0
+    assert d.entries == (entry,)
+    assert [x.duplicate_of for x in r] == [None if i in (entry, 2) else entry for i in range(4)]
+    # One text alone (no duplicate) has nothing to tie with: no reward, as before.
+    assert [x.reward for x in design(strategy, ["same", ""], 1).rewards([])] == [None, 0.0]
+
+
+def test_a_group_of_one_text_is_still_judged_against_a_reference():
+    d = design("reference", ["same", "same "], seed=1)
+    (comp,) = d.next_round([])
+    assert [x.reward for x in d.rewards([(comp, verdict(0.75))])] == [0.75, 0.75]
+
+
 def test_one_round_designs_are_plan_and_aggregate():
     texts = ["a", "bb", "", "dddd"]
     for strategy in ("reference", "pivot", "round_robin"):

@@ -32,7 +32,9 @@ tau than the fit alone, at every size and position bias.
 Whatever the strategy: an empty (whitespace-only) completion is not judged: its reward is 0.0,
 and comparisons with it are not made, so beating it earns nothing. Completions identical after
 whitespace normalisation are judged once: the first of them (the pivot, if it is one of them)
-stands for the others in the design, and they all get its reward (``duplicate_of``).
+stands for the others in the design, and they all get its reward (``duplicate_of``); if all the
+non-empty completions are one text, nothing is judged and each gets 0.5, a tie (against a
+reference they are still judged, once).
 """
 
 from __future__ import annotations
@@ -61,6 +63,9 @@ EMPTY_REWARD = 0.0
 # Where a caller needs a number for every completion (OpenRLHF, verl, slime), a completion
 # without a verdict gets this neutral reward: as good as what it was compared with.
 NO_VERDICT_REWARD = 0.5
+# A group whose non-empty completions are all the same text (after whitespace normalisation):
+# nothing is judged, and each gets this, the reward of a tie.
+IDENTICAL_REWARD = 0.5
 SEED_LIMIT = 2**31
 # The Bradley-Terry fit's prior: each completion is given this many virtual games, half won,
 # spread evenly over the other completions of the fit (see bradley_terry).
@@ -387,6 +392,10 @@ class GroupDesign:
             rewards = self._fitted(judged)
         else:
             rewards = aggregate(self.completions, judged)
+        if len(self.entries) == 1 and self.duplicate_of and not judged:
+            # The non-empty completions are all one text: they tie by definition.
+            (entry,) = self.entries
+            rewards[entry] = replace(rewards[entry], reward=IDENTICAL_REWARD)
         for index, entry in self.duplicate_of.items():
             rewards[index] = replace(rewards[entry], index=index, duplicate_of=entry)
         return rewards
