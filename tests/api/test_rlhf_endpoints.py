@@ -13,7 +13,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from reflectrm.app import create_app
-from reflectrm.judging.groups import Comparison, comparison_seed
+from reflectrm.judging.debias import Debiased
+from reflectrm.judging.groups import Comparison, bradley_terry, comparison_seed, win_shares
 from reflectrm.settings import Settings
 from tests.api.conftest import PreferenceEngine, served
 from tests.conftest import ScriptedEngine, judgment
@@ -245,6 +246,114 @@ def test_empty_completion_gets_zero_without_a_judgment(client: TestClient):
     assert r["judgments"] == 2
 
 
+def fitted_from_reply(body: dict) -> list[float]:
+    """The Bradley-Terry win shares recomputed from the reply's own comparisons."""
+    results = []
+    for c in body["comparisons"]:
+        a, b = c["pair"]
+        comp = Comparison(a, b, c["seed"], c["round"])
+        verdicts = sum(o["winner"] is not None for o in c["orders"])
+        results.append((comp, Debiased(tuple(c["scores"]), None, verdicts, (), (), None)))
+    shares = win_shares(bradley_terry(results))
+    return [shares[i] for i in range(len(body["rewards"]))]
+
+
+def test_knockout_of_two_is_the_fit_of_one_comparison(client: TestClient):
+    r = client.post(
+        "/v1/rewards", json={"prompt": Q, "completions": [A, B], "strategy": "knockout", **vote()}
+    )
+    assert r.status_code == 200, r.text
+    body = r.json()
+    # (A,B) 8/8 for A, (B,A) 4/8: A scores 0.75. The fit with its prior (one virtual game each,
+    # half won): 1.25 wins against 0.75 -> P(A beats B) = 5/8.
+    assert body["comparisons"][0]["scores"] in ([0.75, 0.25], [0.25, 0.75])
+    assert body["rewards"] == pytest.approx([0.625, 0.375])
+    assert body["judgments"] == 2
+    assert body["rounds"] == 1
+    assert [c["rounds_survived"] for c in body["completions"]] == [1, 0]
+
+
+def test_knockout_runs_its_rounds_on_the_winners(client: TestClient):
+    body = rewards(client, completions=[A, B, C, R], strategy="knockout")
+    comps = body["comparisons"]
+    assert [c["round"] for c in comps] == [1, 1, 2]
+    assert body["rounds"] == 2
+    assert body["judgments"] == 6
+    # The final is between the two first-round winners (C and R are as good as each other:
+    # their tie is decided by a coin from its seed). A beats everyone (0.75 against B, 0.625
+    # against C and R with swap), so A wins it and survives both rounds.
+    first = next(x for x in comps[:2] if 0 in x["pair"])
+    other = next(x for x in comps[:2] if 0 not in x["pair"])
+    assert first["winner"] == 0
+    final = set(comps[2]["pair"])
+    assert 0 in final
+    assert (final - {0}) <= set(other["pair"])
+    assert other["winner"] in (None, *final)
+    assert comps[2]["winner"] == 0
+    assert body["completions"][0]["rounds_survived"] == 2
+    assert body["rewards"] == pytest.approx(fitted_from_reply(body))
+    assert body["rewards"][0] == max(body["rewards"])
+
+
+def test_circular_judges_each_against_the_next(client: TestClient):
+    body = rewards(client, strategy="circular")
+    assert [c["pair"] for c in body["comparisons"]] == [[0, 1], [1, 2], [2, 0]]
+    # A-B 0.75 for A; B-C 3/8 for B; C-A 3/8 for C (hand-computed as in the round robin).
+    assert [c["scores"] for c in body["comparisons"]] == [
+        [0.75, 0.25],
+        [0.375, 0.625],
+        [0.375, 0.625],
+    ]
+    assert body["rewards"] == pytest.approx(fitted_from_reply(body))
+    a, b, c = body["rewards"]
+    assert a > c > b
+    assert body["judgments"] == 6
+
+
+def test_swiss_rounds_without_rematches_through_two_slots():
+    eng = engine(delay_s=0.001)
+    completions = [A, B, C, R, "epsilon"]  # five: a bye a round
+    payload = {"prompt": Q, "completions": completions, "strategy": "swiss", **vote()}
+    with client_for(eng, max_concurrent_judgments=2) as c:
+        one = c.post("/v1/rewards", json=payload).json()
+        two = c.post("/v1/rewards", json=payload).json()
+    # ceil(log2 5) = 3 rounds of floor(5/2) = 2 comparisons, both orders each.
+    assert [x["round"] for x in one["comparisons"]] == [1, 1, 2, 2, 3, 3]
+    assert one["judgments"] == 12
+    assert len(eng.calls) == 24
+    assert len({frozenset(x["pair"]) for x in one["comparisons"]}) == 6
+    assert one["rewards"] == pytest.approx(fitted_from_reply(one))
+    # One seed reproduces the group: the same pairs, seeds and rewards.
+    assert [(x["pair"], x["seed"]) for x in one["comparisons"]] == [
+        (x["pair"], x["seed"]) for x in two["comparisons"]
+    ]
+    assert one["rewards"] == two["rewards"]
+
+
+def test_duplicates_are_judged_once_and_say_so(client: TestClient):
+    body = rewards(client, completions=[A, B, "  alpha   answer\n"], strategy="swiss")
+    assert body["judgments"] == 2  # one comparison, both orders
+    assert body["rewards"] == pytest.approx([0.625, 0.375, 0.625])
+    assert [c["duplicate_of"] for c in body["completions"]] == [None, None, 0]
+    assert body["completions"][2]["wins"] == body["completions"][0]["wins"] == 1
+    rr = rewards(client, completions=[A, B, A], strategy="round_robin")
+    assert [c["pair"] for c in rr["comparisons"]] == [[0, 1]]
+    assert rr["rewards"] == [0.75, 0.25, 0.75]
+    same = rewards(client, completions=[A, A + " "], strategy="knockout")
+    assert (same["rewards"], same["judgments"], same["rounds"]) == ([0.5, 0.5], 0, 0)
+
+
+def test_no_verdicts_are_counted_for_every_completion():
+    with client_for(ScriptedEngine(stage1=[judgment(None)] * 8)) as c:
+        r = c.post(
+            "/v1/rewards",
+            json={"prompt": Q, "completions": [A, B, C], "strategy": "circular", "seed": 1},
+        ).json()
+    assert r["rewards"] == [None, None, None]
+    assert [x["no_verdict"] for x in r["completions"]] == [2, 2, 2]
+    assert all(x["outcome"] == "no_verdict" for x in r["comparisons"])
+
+
 @pytest.mark.parametrize(
     ("extra", "needle"),
     [
@@ -253,7 +362,9 @@ def test_empty_completion_gets_zero_without_a_judgment(client: TestClient):
         ({"strategy": "pivot", "pivot": 5}, "index of a non-empty completion"),
         ({"strategy": "round_robin", "pivot": 0}, "only used by strategy `pivot`"),
         ({"completions": [A], "strategy": "pivot"}, "at least two"),
-        ({"strategy": "bogus"}, "'reference', 'pivot' or 'round_robin'"),
+        ({"strategy": "bogus"}, "'round_robin', 'knockout', 'circular' or 'swiss'"),
+        ({"strategy": "swiss", "reference": R}, "only used by strategy `reference`"),
+        ({"completions": [A], "strategy": "knockout"}, "at least two"),
         ({"debias": "maybe"}, "'none' or 'swap'"),
         ({"completions": []}, "at least 1 item"),
         ({"max_tokens": 999_999}, "REFLECTRM_MAX_TOKENS_LIMIT"),

@@ -262,6 +262,7 @@ def comparison_result(j: Judged) -> schemas.ComparisonResult:
     ]
     return schemas.ComparisonResult(
         pair=(comp.a, _side(comp.b)),
+        round=comp.round,
         scores=answer.scores,
         winner=_winner(comp, answer.winner),
         outcome=answer.outcome,
@@ -289,11 +290,14 @@ def rewards_response(result: GroupResult) -> schemas.RewardsResponse:
                 ties=r.ties,
                 no_verdict=r.no_verdict,
                 empty=r.empty,
+                duplicate_of=r.duplicate_of,
+                rounds_survived=r.rounds_survived,
             )
             for r in result.rewards
         ],
         comparisons=[comparison_result(j) for j in result.judged],
         judgments=result.judgments,
+        rounds=result.rounds,
         usage=usage_of(result.usage),
         seed=spec.seed,
         **_envelope(result.envelope),

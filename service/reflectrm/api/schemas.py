@@ -327,6 +327,12 @@ class RewardsRequest(Conversation):
                     "strategy": "round_robin",
                     "mode": "single",
                 },
+                {
+                    "prompt": "Name a prime number larger than 10.",
+                    "completions": ["11", "12", "13", "fifteen", "11 ", "17", "21", "1"],
+                    "strategy": "swiss",
+                    "seed": 7,
+                },
             ]
         },
     )
@@ -336,7 +342,8 @@ class RewardsRequest(Conversation):
         min_length=1,
         max_length=1000,
         description="The completions to reward, in order. An empty (whitespace-only) one is not "
-        "judged and gets reward 0. The server's limit is REFLECTRM_MAX_GROUP_SIZE.",
+        "judged and gets reward 0; completions identical after whitespace normalisation are "
+        "judged once and share a reward. The server's limit is REFLECTRM_MAX_GROUP_SIZE.",
     )
     reference: str | None = Field(
         None,
@@ -347,8 +354,12 @@ class RewardsRequest(Conversation):
     strategy: Strategy | None = Field(
         None,
         description="reference: each completion against the reference (N judgments); pivot: "
-        "each against one pivot completion (N-1); round_robin: every pair (N(N-1)/2). Default: "
-        "reference when a reference is given, else round_robin. Debias swap doubles each count.",
+        "each against one pivot completion (N-1); round_robin: every pair (N(N-1)/2); "
+        "knockout: seeded single elimination (N-1, in ceil(log2 N) rounds); circular: each "
+        "against the next, the last against the first (N); swiss: ceil(log2 N) rounds pairing "
+        "equal running scores without rematches (floor(N/2) a round). knockout, circular and "
+        "swiss reward from a Bradley-Terry fit. Default: reference when a reference is given, "
+        "else round_robin. Debias swap doubles each count; duplicates are judged once.",
     )
     pivot: int | None = Field(
         None,
@@ -401,6 +412,11 @@ class ComparisonOrder(BaseModel):
 
 class ComparisonResult(BaseModel):
     pair: tuple[int, Side] = Field(description="The completion and what it was judged against.")
+    round: int = Field(
+        1,
+        description="The design's round (knockout, swiss: paired from the earlier rounds' "
+        "results); 1 for the one-round strategies.",
+    )
     scores: tuple[float, float] = Field(description="Debiased scores, in `pair` order.")
     winner: Side | None = Field(description="Null: a tie or no verdict.")
     outcome: Outcome
@@ -413,13 +429,25 @@ class ComparisonResult(BaseModel):
 class CompletionResult(BaseModel):
     index: int
     reward: float | None = Field(
-        description="Mean score over its comparisons with a verdict; null if none had one."
+        description="reference, pivot, round_robin: the mean score over its comparisons with a "
+        "verdict; knockout, circular, swiss: its mean win probability against the others under "
+        "a Bradley-Terry fit of the comparisons. Null if none of its comparisons had a verdict."
     )
     wins: int
     losses: int
     ties: int
-    no_verdict: int = Field(description="Comparisons without a verdict in any order (ignored).")
+    no_verdict: int = Field(
+        description="Comparisons without a verdict in any order (left out of the reward)."
+    )
     empty: bool = Field(description="Whitespace-only: not judged, reward 0.")
+    duplicate_of: int | None = Field(
+        None,
+        description="The completion it is identical to after whitespace normalisation: it was "
+        "not judged itself; its reward and counts are that completion's.",
+    )
+    rounds_survived: int | None = Field(
+        None, description="Strategy knockout: the rounds it went through, byes included."
+    )
 
 
 class RewardsResponse(BaseModel):
@@ -431,6 +459,10 @@ class RewardsResponse(BaseModel):
     completions: list[CompletionResult]
     comparisons: list[ComparisonResult]
     judgments: int = Field(description="Judgments run: comparisons, times 2 with debias swap.")
+    rounds: int = Field(
+        description="Rounds of comparisons judged one after the other (knockout, swiss: "
+        "ceil(log2 N) for N distinct completions; 1 otherwise)."
+    )
     usage: Usage
     latency_ms: float
     model: str

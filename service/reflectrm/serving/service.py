@@ -9,8 +9,9 @@ is counted in the metrics and the call's log line. It raises the service's own e
 Admission: every judgment takes its own slot, so a batch or a group that needs N judgments queues
 as N judgments in the same first-come-first-served queue as single calls (a group's wait is
 bounded like theirs), and no judgment holds a slot while waiting for another, so a large group
-cannot deadlock the service. A batch's or group's judgments are submitted together, so the
-engine batches them.
+cannot deadlock the service. A batch's judgments are submitted together, so the engine batches
+them, and so are a group's, round by round (an adaptive design, knockout or swiss, pairs each
+round from the results of the one before).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any, TypeVar
 from reflectrm.aio import gather_all
 from reflectrm.judging.answers import answer_pair
 from reflectrm.judging.debias import both_orders, flipped, single_order
-from reflectrm.judging.groups import Comparison, aggregate, plan
+from reflectrm.judging.groups import Comparison, design
 from reflectrm.judging.judge import Judge, PromptTooLongError, consistent, swapped
 from reflectrm.judging.types import Judgment, JudgmentSpec, Message
 from reflectrm.metrics import Metrics
@@ -451,20 +452,24 @@ class JudgingService:
     async def _group(
         self, judge: Judge, call: CallContext, spec: GroupSpec, suffix: str = ""
     ) -> GroupResult:
-        """Every comparison of the group's strategy, concurrently, then one reward each."""
-        comparisons, pivot = plan(spec.strategy, spec.completions, spec.seed, spec.pivot)
-        judged = await gather_all(
-            [
-                self._comparison(judge, call, spec, c, f"{suffix}-c{k}")
-                for k, c in enumerate(comparisons)
-            ]
-        )
-        rewards = aggregate(spec.completions, [(j.comparison, j.answer) for j in judged])
+        """The group's design round by round (each round's comparisons concurrently, the next
+        round paired from their results), then one reward each."""
+        group = design(spec.strategy, spec.completions, spec.seed, spec.pivot)
+        judged: list[Judged] = []
+        while comparisons := group.next_round([(j.comparison, j.answer) for j in judged]):
+            start = len(judged)
+            judged += await gather_all(
+                [
+                    self._comparison(judge, call, spec, c, f"{suffix}-c{start + k}")
+                    for k, c in enumerate(comparisons)
+                ]
+            )
+        rewards = group.rewards([(j.comparison, j.answer) for j in judged])
         for j in judged:
             if len(j.judgments) == 2:  # both orders ran: a positional-consistency sample
                 self._count_swap(*j.judgments)
         return GroupResult(
-            spec, pivot, rewards, judged, self._envelope(judge, call, call.request_id)
+            spec, group.pivot, rewards, judged, self._envelope(judge, call, call.request_id)
         )
 
     async def _comparison(

@@ -151,6 +151,11 @@ class GroupResult:
     def judgments(self) -> int:
         return sum(len(j.judgments) for j in self.judged)
 
+    @property
+    def rounds(self) -> int:
+        """Rounds judged (1 for a one-round strategy; 0 when nothing was judged)."""
+        return max((j.comparison.round for j in self.judged), default=0)
+
 
 # --- per-sample rewards (OpenRLHF's remote reward model) ------------------------------------
 
