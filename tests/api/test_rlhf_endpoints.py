@@ -316,7 +316,8 @@ def test_swiss_rounds_without_rematches_through_two_slots():
     payload = {"prompt": Q, "completions": completions, "strategy": "swiss", **vote()}
     with client_for(eng, max_concurrent_judgments=2) as c:
         one = c.post("/v1/rewards", json=payload).json()
-        two = c.post("/v1/rewards", json=payload).json()
+        # Another tenant: judged again, not answered from the first call's cache.
+        two = c.post("/v1/rewards", json=payload, headers={"X-Reflectrm-Tenant": "b"}).json()
     # ceil(log2 5) = 3 rounds of floor(5/2) = 2 comparisons, both orders each.
     assert [x["round"] for x in one["comparisons"]] == [1, 1, 2, 2, 3, 3]
     assert one["judgments"] == 12

@@ -26,6 +26,7 @@ from reflectrm.aio import gather_all
 from reflectrm.judging.answers import answer_pair
 from reflectrm.judging.debias import both_orders, flipped, single_order
 from reflectrm.judging.groups import Comparison, design
+from reflectrm.judging.groups import judgments as group_judgments
 from reflectrm.judging.judge import Judge, PromptTooLongError, consistent, swapped
 from reflectrm.judging.types import Judgment, JudgmentSpec, Message
 from reflectrm.metrics import Metrics
@@ -230,8 +231,9 @@ class JudgingService:
 
     @staticmethod
     def _group_judgments(spec: GroupSpec) -> int:
-        comparisons, _ = plan(spec.strategy, spec.completions, spec.seed, spec.pivot)
-        return len(comparisons) * (2 if spec.debias == "swap" else 1)
+        """Judgments the group's design takes (its distinct, non-empty completions)."""
+        entries = len(design(spec.strategy, spec.completions, spec.seed, spec.pivot).entries)
+        return group_judgments(spec.strategy, entries, spec.debias)
 
     def _check_work(self, parts: Sequence[tuple[int, int, int]]) -> None:
         """One call's engine work, judgments x candidates x max_tokens (summed over its pairs,
