@@ -77,7 +77,10 @@ def test_single_and_vote_modes(client: httpx.Client):
 def test_seeded_judgments_reproduce(client: httpx.Client):
     req = {**PAIR, "mode": "vote", "seed": 99, "num_candidates": 4, "return_trace": True}
     a = client.post("/v1/judge", json=req).json()
-    b = client.post("/v1/judge", json=req).json()
+    # Judged again as another tenant: the same call from the same tenant is answered from the
+    # cache, which would prove nothing about the engine's seeded sampling.
+    b = client.post("/v1/judge", json=req, headers={"X-Reflectrm-Tenant": "again"}).json()
+    assert b["usage"]["generated_tokens"] > 0
     assert [c["analysis"] for c in a["trace"]["candidates"]] == [
         c["analysis"] for c in b["trace"]["candidates"]
     ]

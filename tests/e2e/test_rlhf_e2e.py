@@ -50,7 +50,8 @@ def test_batch_item_matches_the_single_call_and_bad_items_get_their_own_error(
     results = r.json()["results"]
     assert [x["status"] for x in results] == [200, 413, 422]
     assert "context is 4096 tokens" in results[1]["detail"]
-    single = client.post("/v1/judge", json=pair).json()
+    # Another tenant, so that the single call is judged, not answered from the batch's cache.
+    single = client.post("/v1/judge", json=pair, headers={"X-Reflectrm-Tenant": "single"}).json()
     item = results[0]["result"]
     assert (item["winner"], item["scores"], item["analysis"]) == (
         single["winner"],
