@@ -134,11 +134,13 @@ def start_replica(
     log_dir: Path,
     core: int | None = None,
     extra_env: dict[str, str] | None = None,
+    extra_args: Sequence[str] = (),
 ) -> Replica:
     """``vllm serve`` for a resolved config. The CPU build's ``vllm`` console script fails
     (it looks up the version of a distribution named ``vllm``), so the server module runs.
     ``core``: the CPU core its engine's threads are bound to (the CPU build binds every engine to
-    core 0 otherwise, so two replicas on one machine would share one core)."""
+    core 0 otherwise, so two replicas on one machine would share one core). ``extra_args``: more
+    ``vllm serve`` options (``--enable-log-requests`` logs each request's id)."""
     port = free_port()
     env = {**os.environ, **(extra_env or {})}
     if core is not None:
@@ -150,6 +152,7 @@ def start_replica(
         "vllm.entrypoints.openai.api_server",
         *vllm_serve_args(config, HOST, port),
         "--disable-uvicorn-access-log",
+        *extra_args,
     ]
     process = subprocess.Popen(
         command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env
@@ -245,6 +248,7 @@ def local_fleet(
     max_model_len: int = 4096,
     start_timeout_s: float = 600.0,
     extra_env: dict[str, str] | None = None,
+    extra_args: Sequence[str] = (),
 ) -> Iterator[Fleet]:
     """Start the replicas (in parallel) and the router; stop all of them on exit."""
     log_dir = log_dir or Path(os.environ.get("TMPDIR", "/tmp")) / f"reflectrm-fleet-{os.getpid()}"
@@ -256,7 +260,14 @@ def local_fleet(
         cores = os.cpu_count() or 1
         for i in range(replicas):
             started.append(
-                start_replica(config, f"replica-{i}", log_dir, core=i % cores, extra_env=extra_env)
+                start_replica(
+                    config,
+                    f"replica-{i}",
+                    log_dir,
+                    core=i % cores,
+                    extra_env=extra_env,
+                    extra_args=extra_args,
+                )
             )
         for r in started:
             wait_healthy(r.url, r.process, start_timeout_s, f"{r.name} (log: {log_dir})")

@@ -56,7 +56,9 @@ FLEET_JUDGMENT = {"mode": "reflect", "num_candidates": 3, "max_tokens": 32, "ret
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
-    with local_fleet(replicas=2, log_dir=tmp_path_factory.mktemp("fleet")) as started:
+    # Each replica logs the id of every request it receives: which judgment ran where.
+    log_dir = tmp_path_factory.mktemp("fleet")
+    with local_fleet(replicas=2, log_dir=log_dir, extra_args=["--enable-log-requests"]) as started:
         yield started
 
 
@@ -254,33 +256,68 @@ def test_each_judgment_stays_on_one_replica(fleet: Fleet, judge_service: LiveSer
     assert max(cached) > 0
 
 
+CRASH_JUDGMENTS = 8
+
+
+def received_judgments(fleet: Fleet, name: str, prefix: str) -> set[int]:
+    """The judgments (``{prefix}{i}`` as X-Request-ID) whose first engine request the replica
+    has received, from its request log (vLLM logs ``Received request cmpl-<X-Request-Id>``; the
+    service's engine request ids are the request id, 8 hex digits, and the stage)."""
+    text = (fleet.log_dir / f"{name}.log").read_text(errors="replace")
+    pattern = rf"Received request cmpl-{re.escape(prefix)}(\d+)-[0-9a-f]{{8}}-s1-"
+    return {int(i) for i in re.findall(pattern, text)}
+
+
 def test_a_replica_crash_mid_run_gives_retries_or_clean_503s(
     fleet: Fleet, judge_service: LiveService
 ):
-    async def run() -> tuple[list[httpx.Response], list[httpx.Response], str]:
+    names = [r.name for r in fleet.replicas]
+    prefix = "crash-"
+
+    async def run() -> tuple[list[httpx.Response], list[httpx.Response], str, set[int]]:
         async with httpx.AsyncClient(base_url=judge_service.url, timeout=300) as client:
             tasks = [
-                asyncio.create_task(client.post("/v1/judge", json=judge_body(i))) for i in range(6)
+                asyncio.create_task(
+                    client.post(
+                        "/v1/judge", json=judge_body(i), headers={"X-Request-ID": f"{prefix}{i}"}
+                    )
+                )
+                for i in range(CRASH_JUDGMENTS)
             ]
-            # Crash a replica while it is working on some of these judgments.
+            # Crash a replica while it is working on some of these judgments, once the other
+            # one has received some of its own (unless the ring put every judgment on one).
             victim = None
             for _ in range(600):
                 running = {r.name: r.metrics()["vllm:num_requests_running"] for r in fleet.replicas}
-                busy = [name for name, n in running.items() if n > 0]
-                if busy:
-                    victim = busy[-1]
+                received = {name: received_judgments(fleet, name, prefix) for name in names}
+                for name in names:
+                    other = next(n for n in names if n != name)
+                    everything = len(received[name]) == CRASH_JUDGMENTS
+                    if running[name] > 0 and (received[other] or everything):
+                        victim = name
+                if victim is not None:
                     break
                 await asyncio.sleep(0.1)
             assert victim is not None, "no replica ever ran a request"
+            survivor = next(n for n in names if n != victim)
+            # Judgments already on the survivor stay there (the ring only loses the victim).
+            on_survivor = received_judgments(fleet, survivor, prefix)
             next(r for r in fleet.replicas if r.name == victim).crash()
             during = list(await asyncio.gather(*tasks))
             # The survivor serves what comes next.
-            after = [await client.post("/v1/judge", json=judge_body(i)) for i in range(6, 9)]
-            return during, after, victim
+            after = [await client.post("/v1/judge", json=judge_body(i)) for i in range(9, 12)]
+            return during, after, victim, on_survivor
 
-    during, after, victim = asyncio.run(run())
+    during, after, victim, on_survivor = asyncio.run(run())
     statuses = [r.status_code for r in during]
+    on_victim = received_judgments(fleet, victim, prefix)
+    # The crash hit judgments at work on the victim; none was on both before it.
+    assert on_victim, "the victim never received a judgment"
+    assert not on_victim & on_survivor
     assert set(statuses) <= {200, 503}, [r.text for r in during]
+    # Every judgment the survivor was already working on is answered, whole.
+    for i in sorted(on_survivor):
+        assert during[i].status_code == 200, (i, during[i].text)
     for response in during:
         if response.status_code == 200:
             assert_whole(response.json(), FLEET_JUDGMENT["num_candidates"])
@@ -290,7 +327,10 @@ def test_a_replica_crash_mid_run_gives_retries_or_clean_503s(
     for response in after:
         assert response.status_code == 200, response.text
         assert_whole(response.json(), FLEET_JUDGMENT["num_candidates"])
-    print(f"crashed {victim}: statuses during the crash {statuses}")
+    print(
+        f"crashed {victim} (it had received judgments {sorted(on_victim)}; the survivor "
+        f"{sorted(on_survivor)}): statuses during the crash {statuses}"
+    )
 
 
 def test_a_fleet_that_is_down_answers_503_and_not_ready(fleet: Fleet, judge_service: LiveService):
