@@ -339,3 +339,22 @@ def test_a_head_that_drips_is_cut_off_and_the_server_goes_on():
     assert closed_after is not None, "the connection was never closed"
     assert 0.4 < closed_after < 2.0
     assert ok.status_code == 200
+
+
+def test_defaults_whose_messages_end_with_an_assistant_turn_fail_the_items_that_use_them():
+    from reflectrm.api import convert, schemas
+
+    body = schemas.BatchRequest.model_validate(
+        {
+            "defaults": {
+                "messages": [
+                    {"role": "user", "content": "q"},
+                    {"role": "assistant", "content": "a"},
+                ]
+            },
+            "items": [{"responses": ["4", "5"]}, {"prompt": "own", "responses": ["a", "b"]}],
+        }
+    )
+    shared, own = convert.batch_items(body)
+    assert "must end with a user turn" in str(shared.error)
+    assert own.conversation[0].content == "own"

@@ -129,3 +129,15 @@ async def test_without_grace_abandoned_work_is_cancelled_at_once():
     caller.cancel()
     await settle()
     assert work.cancelled == 1
+
+
+async def test_a_call_after_the_work_was_abandoned_starts_it_again_not_joins_the_cancelled():
+    reuse = Reuse(size=8, ttl_s=60, grace_s=0)
+    work = Work()
+    caller = asyncio.create_task(reuse.run("k", work))
+    await settle()
+    caller.cancel()  # the last caller leaves: the work is being cancelled
+    retry = asyncio.create_task(reuse.run("k", work))
+    await settle()
+    work.release.set()
+    assert await retry == ("answer 2", "judged")

@@ -37,14 +37,15 @@ class BodyTooLarge(HTTPException):
     passes it through to the exception handlers as a 413."""
 
     def __init__(self, limit: int) -> None:
-        super().__init__(413, detail=too_large_detail(limit))
+        super().__init__(413, detail=too_large_detail(limit), headers={"Connection": "close"})
 
 
 class BodyTooSlow(HTTPException):
     """The body did not arrive within the bound."""
 
     def __init__(self, timeout_s: float) -> None:
-        super().__init__(408, detail=too_slow_detail(timeout_s))
+        # The rest of the body is not read: the connection cannot carry another request.
+        super().__init__(408, detail=too_slow_detail(timeout_s), headers={"Connection": "close"})
 
 
 def too_slow_detail(timeout_s: float) -> str:

@@ -81,6 +81,17 @@ def _validation_detail(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
+def _one_item(
+    raw: dict[str, object], defaults: dict[str, object], mode: str
+) -> PairAsk | FailedItem:
+    try:
+        return pair_ask(_item_body(raw, defaults))
+    except ValidationError as exc:
+        return FailedItem(
+            str(raw.get("mode") or mode), InvalidRequestError(_validation_detail(exc))
+        )
+
+
 def batch_items(body: schemas.BatchRequest) -> list[PairAsk | FailedItem]:
     """Each item as an ask, or, when it does not validate, as a failed item (422) whose error
     says what to fix; the other items are judged. Items without a conversation of their own
@@ -91,6 +102,18 @@ def batch_items(body: schemas.BatchRequest) -> list[PairAsk | FailedItem]:
     if body.defaults is not None:
         defaults = body.defaults.model_dump(exclude_none=True, exclude={"prompt", "messages"})
         if body.defaults.prompt is not None or body.defaults.messages is not None:
+            try:  # the defaults' conversation is checked once, as an item's own would be
+                schemas.Conversation.model_validate(
+                    body.defaults.model_dump(include={"prompt", "messages"}, exclude_none=True)
+                )
+            except ValidationError as exc:
+                detail = "defaults: " + _validation_detail(exc)
+                return [
+                    FailedItem(str(raw.get("mode") or mode), InvalidRequestError(detail))
+                    if "prompt" not in raw and "messages" not in raw
+                    else _one_item(raw, defaults, mode)
+                    for raw in body.items
+                ]
             shared = messages_of(body.defaults)  # type: ignore[arg-type]
             defaults["prompt"] = _SHARED
     items: list[PairAsk | FailedItem] = []

@@ -46,8 +46,8 @@ def tenant_of(request: Request) -> str:
 
 
 def get_call(request: Request, service: ServiceDep) -> CallContext:
-    """A judging call's context. Without an engine the call is refused here, before its body
-    is read (503 with Retry-After)."""
+    """A judging call's context. Without an engine the call is refused here (503 with
+    Retry-After), before the service is asked anything."""
     service.require_judge()
     return CallContext(
         request_id=request_id_of(request),

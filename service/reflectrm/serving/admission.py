@@ -218,8 +218,8 @@ class Admission:
         tenant = self._tenant(name)
         if (
             self._in_flight < self.max_in_flight
-            and self._queued == 0
             and tenant.in_flight < self.max_in_flight_per_tenant
+            and self._next_tenant() is None  # nobody waiting could take the free slot
         ):
             self._virtual = tenant.tag(self._virtual)
             self._take(tenant)
@@ -262,6 +262,8 @@ class Admission:
                 waiter.cancel()
             with contextlib.suppress(ValueError):
                 tenant.waiters.remove(entry)
+            if tenant.queued() == 0:  # its place in the virtual time is given back
+                tenant.next_tag = min(tenant.next_tag, self._virtual)
             self._forget_if_idle(tenant)
             if isinstance(exc, TimeoutError):
                 raise self._refuse(
@@ -320,6 +322,12 @@ class Admission:
         except BaseException:
             work.close()  # never started: no engine request was made
             raise
+        if (
+            self._aborted is not None and self.closed is not None
+        ):  # slot handed just before an abort
+            self._release(tenant)
+            work.close()
+            raise ClosedError(self._aborted)
         # A task of its own, so that ``abort`` can cancel the work and nothing else; cancelling
         # the caller (deadline, disconnect) cancels it too, as awaiting a task does.
         task = asyncio.ensure_future(work)

@@ -24,6 +24,8 @@ from collections.abc import Callable, Coroutine, Hashable
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar
 
+from reflectrm.serving.errors import ClosedError
+
 T = TypeVar("T")
 How = Literal["judged", "joined", "cached"]
 
@@ -100,6 +102,14 @@ class Reuse:
         flight.waiters += 1
         try:
             return await asyncio.shield(flight.task), how
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if flight.task.cancelled() and not (current and current.cancelling()):
+                # The work was cancelled under this caller (shutdown), not the caller itself.
+                raise ClosedError(
+                    "the service is shutting down; retry on another replica"
+                ) from None
+            raise
         finally:
             flight.waiters -= 1
             if flight.waiters == 0 and not flight.task.done():
@@ -108,10 +118,18 @@ class Reuse:
     def _abandoned(self, flight: _Flight[Any]) -> None:
         """Nobody waits for the work any more: cancel it after the grace period."""
         if self.grace_s <= 0:
-            flight.task.cancel()
+            self._cancel(flight)
             return
         loop = asyncio.get_running_loop()
-        flight.cancel_later = loop.call_later(self.grace_s, flight.task.cancel)
+        flight.cancel_later = loop.call_later(self.grace_s, self._cancel, flight)
+
+    def _cancel(self, flight: _Flight[Any]) -> None:
+        """Cancel the work and forget it at once, so that no later call joins work that is
+        being aborted."""
+        for key, held in list(self._flights.items()):
+            if held is flight:
+                del self._flights[key]
+        flight.task.cancel()
 
     async def close(self) -> None:
         """Cancel the work still running (shutdown)."""
