@@ -88,6 +88,10 @@ def judge_service(fleet: Fleet) -> Iterator[LiveService]:
         service.stop()
 
 
+# The crash test's judgments are numbered from here, apart from every other test's.
+CRASH_OFFSET = 500
+
+
 def judge_body(i: int, **extra: Any) -> dict[str, Any]:
     prompt, r1, r2 = PAIRS[i % len(PAIRS)]
     return {"prompt": prompt, "responses": [r1, r2], "seed": 100 + i, **FLEET_JUDGMENT, **extra}
@@ -279,7 +283,10 @@ def test_a_replica_crash_mid_run_gives_retries_or_clean_503s(
             tasks = [
                 asyncio.create_task(
                     client.post(
-                        "/v1/judge", json=judge_body(i), headers={"X-Request-ID": f"{prefix}{i}"}
+                        # Pairs no earlier test judged (those would come from the cache).
+                        "/v1/judge",
+                        json=judge_body(CRASH_OFFSET + i),
+                        headers={"X-Request-ID": f"{prefix}{i}"},
                     )
                 )
                 for i in range(CRASH_JUDGMENTS)
@@ -305,7 +312,10 @@ def test_a_replica_crash_mid_run_gives_retries_or_clean_503s(
             next(r for r in fleet.replicas if r.name == victim).crash()
             during = list(await asyncio.gather(*tasks))
             # The survivor serves what comes next.
-            after = [await client.post("/v1/judge", json=judge_body(i)) for i in range(9, 12)]
+            after = [
+                await client.post("/v1/judge", json=judge_body(CRASH_OFFSET + i))
+                for i in range(9, 12)
+            ]
             return during, after, victim, on_survivor
 
     during, after, victim, on_survivor = asyncio.run(run())
