@@ -46,7 +46,9 @@ async def one(client: httpx.AsyncClient, body: dict, retries: int) -> dict[str, 
         try:
             r = await client.post("/v1/judge", json=body)
         except httpx.HTTPError as exc:
-            return {"lost": type(exc).__name__, "attempts": attempts, "retry_after": retry_after}
+            # Which attempt got no answer, and why.
+            lost = f"attempt {len(attempts) + 1}: {type(exc).__name__}: {exc}"
+            return {"lost": lost, "attempts": attempts, "retry_after": retry_after}
         attempts.append(r.status_code)
         if r.status_code != 429:
             break
@@ -89,6 +91,7 @@ async def burst(url: str, n: int, retries: int, body: dict, timeout: float) -> d
         "sent": n,
         "answered": len(answered),
         "lost": len(results) - len(answered),
+        "lost_reasons": dict(Counter(r["lost"] for r in results if "lost" in r)),
         "final_statuses": dict(Counter(r["status"] for r in answered)),
         "first_attempt_statuses": dict(Counter(r["attempts"][0] for r in results if r["attempts"])),
         "attempts": sum(len(r["attempts"]) for r in results),
