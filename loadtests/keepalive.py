@@ -28,6 +28,7 @@ import uvicorn
 
 from reflectrm.app import create_app
 from reflectrm.engines.base import GenerationResult, Prompt, SamplingSpec
+from reflectrm.judging.types import ChatMessage, plain_text
 from reflectrm.settings import Settings
 
 BODY = {"prompt": "x", "responses": ["a", "b"]}
@@ -39,8 +40,8 @@ class NeverAnswers:
     model_name = "never"
     max_model_len = 100_000
 
-    def render_chat(self, messages: Sequence[dict[str, str]]) -> Prompt:
-        text = " ".join(m["content"] for m in messages)
+    def render_chat(self, messages: Sequence[ChatMessage]) -> Prompt:
+        text = " ".join(plain_text(m["content"]) for m in messages)
         return Prompt(text=text, token_ids=tuple(range(len(text.split()))))
 
     async def generate(
