@@ -198,11 +198,12 @@ class Settings(BaseSettings):
         "get 503.",
     )
     keep_alive_s: int = Field(
-        75,
+        130,
         ge=1,
-        description="How long an idle keep-alive connection stays open; longer than clients' "
-        "pool expiry (httpx: 5 s) and load balancers' idle timeout (often 60 s), so the "
-        "server never closes a connection a client is about to reuse.",
+        description="How long an idle keep-alive connection stays open: longer than the longest "
+        "Retry-After the service gives (120 s), clients' pool expiry (httpx: 5 s) and load "
+        "balancers' idle timeout (often 60 s), so the server never closes a connection a "
+        "client is about to reuse.",
     )
 
     # --- lifecycle ---------------------------------------------------------------------------
