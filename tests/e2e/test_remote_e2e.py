@@ -285,27 +285,31 @@ def test_a_replica_crash_mid_run_gives_retries_or_clean_503s(
                     client.post(
                         # Pairs no earlier test judged (those would come from the cache).
                         "/v1/judge",
-                        json=judge_body(CRASH_OFFSET + i),
+                        json=judge_body(CRASH_OFFSET + i, max_tokens=96),
                         headers={"X-Request-ID": f"{prefix}{i}"},
                     )
                 )
                 for i in range(CRASH_JUDGMENTS)
             ]
-            # Crash a replica while it is working on some of these judgments, once the other
-            # one has received some of its own (unless the ring put every judgment on one).
+            # Crash a replica while it holds judgments still unanswered, once the other one has
+            # received some of its own (unless the ring put every judgment on one). The test
+            # watches the answers, not the replicas' running gauge: a scrape can fall between
+            # two short engine requests and miss a replica's whole share of the work.
             victim = None
-            for _ in range(600):
-                running = {r.name: r.metrics()["vllm:num_requests_running"] for r in fleet.replicas}
+            for _ in range(1200):
+                pending = {i for i, task in enumerate(tasks) if not task.done()}
+                if not pending:
+                    break
                 received = {name: received_judgments(fleet, name, prefix) for name in names}
                 for name in names:
                     other = next(n for n in names if n != name)
                     everything = len(received[name]) == CRASH_JUDGMENTS
-                    if running[name] > 0 and (received[other] or everything):
+                    if received[name] & pending and (received[other] or everything):
                         victim = name
                 if victim is not None:
                     break
-                await asyncio.sleep(0.1)
-            assert victim is not None, "no replica ever ran a request"
+                await asyncio.sleep(0.05)
+            assert victim is not None, "every judgment was answered before a replica held one"
             survivor = next(n for n in names if n != victim)
             # Judgments already on the survivor stay there (the ring only loses the victim).
             on_survivor = received_judgments(fleet, survivor, prefix)
