@@ -27,6 +27,7 @@ from prometheus_client.registry import Collector
 
 from reflectrm.engines.base import GenerationResult
 from reflectrm.engines.request_ids import Stage
+from reflectrm.judging.groups import STRATEGIES
 from reflectrm.judging.types import MODES, Judgment
 
 PREFIX = "reflectrm_"
@@ -67,7 +68,16 @@ QUEUE_WAIT_BUCKETS_S = (
 MARGIN_BUCKETS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 
 
-REFUSAL_BOUNDS = ("queue", "tenant_queue", "queue_timeout", "tenants", "call_work")
+REFUSAL_BOUNDS = ("queue", "tenant_queue", "queue_timeout", "tenants", "call_work", "cohorts")
+# How a cohort closed: every member arrived, the timeout cut it, or every caller had gone.
+COHORT_ENDS = ("full", "cut", "abandoned")
+COHORT_WAIT_BUCKETS_S = (
+    0.0, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 300.0, 600.0,
+)  # fmt: skip
+# round_robin with swap is 2(N-1) judgments per reward: 30 at N = 16.
+JUDGMENTS_PER_REWARD_BUCKETS = (
+    0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 32.0,
+)  # fmt: skip
 
 
 def vote_margin(judgment: Judgment) -> float:
@@ -214,6 +224,43 @@ class Metrics:
         )
         for how in ("joined", "cached"):
             self.reused.labels(how)
+        self.cohorts_open = Gauge(
+            f"{PREFIX}cohorts_open",
+            "Cohorts waiting for their members' per-sample calls now.",
+            registry=r,
+        )
+        self.cohort_wait = Histogram(
+            f"{PREFIX}cohort_wait_seconds",
+            "Time a member's call waited for its cohort to close (every member arrived, or the "
+            "timeout), before the cohort was judged.",
+            buckets=COHORT_WAIT_BUCKETS_S,
+            registry=r,
+        )
+        self.cohorts_closed = Counter(
+            f"{PREFIX}cohorts_closed_total",
+            "Cohorts closed: full (every member arrived), cut (by the timeout: judged with the "
+            "members it had), abandoned (every caller had gone: not judged).",
+            ["how"],
+            registry=r,
+        )
+        self.merged_duplicates = Counter(
+            f"{PREFIX}merged_duplicates_total",
+            "Completions of judged groups identical to another after whitespace normalisation: "
+            "not judged, given that one's reward.",
+            registry=r,
+        )
+        self.judgments_per_reward = Histogram(
+            f"{PREFIX}judgments_per_reward",
+            "Judgments a judged group took per completion it rewarded, by strategy (the cost "
+            "of a group reward; debias swap doubles it).",
+            ["strategy"],
+            buckets=JUDGMENTS_PER_REWARD_BUCKETS,
+            registry=r,
+        )
+        for how in COHORT_ENDS:
+            self.cohorts_closed.labels(how)
+        for strategy in STRATEGIES:
+            self.judgments_per_reward.labels(strategy)
         self.tenant_admitted.labels("default")
         for bound in REFUSAL_BOUNDS:
             self.refusals.labels("default", bound)
@@ -265,6 +312,21 @@ class Metrics:
 
     def observe_reuse(self, how: str) -> None:
         self.reused.labels(how).inc()
+
+    def track_cohorts(self, open_cohorts: Callable[[], int]) -> None:
+        self.cohorts_open.set_function(lambda: float(open_cohorts()))
+
+    def observe_cohort(self, how: str, waits_s: Iterable[float]) -> None:
+        """A cohort closed; each member's wait until then."""
+        self.cohorts_closed.labels(how).inc()
+        for seconds in waits_s:
+            self.cohort_wait.observe(seconds)
+
+    def observe_group(self, strategy: str, judgments: int, completions: int, merged: int) -> None:
+        """A judged group: its judgments per completion rewarded, and its merged duplicates."""
+        if completions:
+            self.judgments_per_reward.labels(strategy).observe(judgments / completions)
+        self.merged_duplicates.inc(merged)
 
     def track_swap_checks(self, pending: Callable[[], int], running: Callable[[], int]) -> None:
         self.swap_checks_pending.set_function(lambda: float(pending()))

@@ -111,7 +111,27 @@ class Settings(BaseSettings):
         16,
         ge=1,
         description="Most completions in one /v1/rewards group (round_robin judges N(N-1)/2 "
-        "pairs).",
+        "pairs), and the largest group_size of a cohort.",
+    )
+
+    # --- cohorts: a group's completions arriving as per-sample calls -------------------------
+    max_cohorts: int = Field(
+        1024,
+        ge=1,
+        description="Cohorts open at once (groups waiting for their members' per-sample calls); "
+        "a call that would open one more gets 429.",
+    )
+    cohort_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        description="How long a cohort waits for its members after the first arrives; then it "
+        "is judged with those it has and each reply says it was cut. A call may ask for "
+        "another timeout up to REFLECTRM_MAX_COHORT_TIMEOUT_S.",
+    )
+    max_cohort_timeout_s: float = Field(
+        600.0,
+        gt=0,
+        description="The longest cohort_timeout_s a call may ask for.",
     )
 
     max_body_bytes: int = Field(

@@ -5,6 +5,7 @@ docs/metrics.md name must be exposed, the engine's vllm:* ones included."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import math
 import os
@@ -145,6 +146,26 @@ def judged(service: str, prometheus: str) -> int:
             return running + pending == 0
 
         wait_until(checks_done, 180, "the background swap checks")
+        # A cohort of two per-sample calls (one greedy judgment): the cohort panels' data.
+        member = {
+            "prompt": PAIR["prompt"],
+            "group_size": 2,
+            "strategy": "knockout",
+            "mode": "single",
+            "debias": "none",
+            "seed": 5,
+        }
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            replies = list(
+                pool.map(
+                    lambda text: client.post(
+                        "/v1/rewards/sample", json={**member, "completion": text}
+                    ),
+                    PAIR["responses"],
+                )
+            )
+        assert [r.status_code for r in replies] == [200, 200], [r.text for r in replies]
+        assert [r.json()["cohort"]["arrived"] for r in replies] == [2, 2]
     assert due >= 1, "no answer had a verdict"
     sampled = f'sum(reflectrm_swap_checks_total{{source="sampled"}}) >= {due}'
     wait_until(lambda: bool(_vector(prometheus, sampled)), 30, "Prometheus to scrape them")
@@ -153,7 +174,9 @@ def judged(service: str, prometheus: str) -> int:
 
 def test_metrics_endpoint_shows_the_judge_and_the_engine(service: str, judged: int):
     samples = parse(httpx.get(f"{service}/metrics", timeout=30).text)
-    assert value(samples, "reflectrm_judgment_duration_seconds_count") == 4
+    # Four pair calls and the cohort's one judgment.
+    assert value(samples, "reflectrm_judgment_duration_seconds_count") == 5
+    assert value(samples, "reflectrm_cohorts_closed_total", how="full") == 1
     assert value(samples, "reflectrm_swap_checks_total", source="requested") == 1
     assert value(samples, "reflectrm_swap_checks_total", source="sampled") == judged
     assert value(samples, "reflectrm_swap_checks_dropped_total") == 0

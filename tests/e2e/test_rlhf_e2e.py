@@ -3,6 +3,7 @@ whose reward function is the live service."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import math
 from pathlib import Path
 
@@ -70,6 +71,58 @@ def test_get_reward_for_openrlhf(client: httpx.Client):
     assert 0.0 <= out["rewards"][0] <= 1.0
     assert out["scores"] == out["rewards"]
     assert set(out["extra_logs"]) >= {"judge_consistent", "judge_no_verdict"}
+
+
+def test_a_cohort_of_four_openrlhf_calls_gets_four_group_rewards(live: LiveService):
+    """OpenRLHF's shape: each of a prompt's 4 samples posted alone, concurrently, to
+    /get_reward?group_size=4; the cohort is judged once (knockout, swap: 3 comparisons, 6
+    judgments) and every call gets its sample's reward from it."""
+    prompt = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
+    texts = [GOOD, BAD, ODD, "Paris."]
+    params = {"group_size": 4, "strategy": "knockout", "mode": "single", "seed": 21}
+
+    def post(text: str) -> httpx.Response:
+        body = {"query": [prompt + text], "prompts": [prompt], "labels": [None]}
+        return httpx.post(f"{live.url}/get_reward", params=params, json=body, timeout=300)
+
+    before = judgments_total(live.url)
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        replies = list(pool.map(post, texts))
+    assert [r.status_code for r in replies] == [200] * 4, [r.text for r in replies]
+    rewards = [r.json()["rewards"][0] for r in replies]
+    for reward in rewards:
+        assert 0.0 <= reward <= 1.0
+    logs = [r.json()["extra_logs"] for r in replies]
+    assert [log["judge_cohort_arrived"] for log in logs] == [[4.0]] * 4
+    assert [log["judge_cohort_cut"] for log in logs] == [[0.0]] * 4
+    # Knockout of 4 with swap: 3 comparisons in 2 rounds, 6 judgments for 4 rewards, once.
+    assert [log["judge_judgments_per_reward"] for log in logs] == [[1.5]] * 4
+    assert judgments_total(live.url) - before == 3
+    # The same group through /v1/rewards, ordered by content as the cohort was: the same
+    # rewards (the same seed, the same design), answered from the cohort's cached judging.
+    group = {"prompt": prompt, "completions": sorted(texts), "strategy": "knockout"}
+    body = {**group, "mode": "single", "seed": 21}
+    out = httpx.post(f"{live.url}/v1/rewards", json=body, timeout=300).json()
+    by_text = dict(zip(sorted(texts), out["rewards"], strict=True))
+    assert rewards == [by_text[t] for t in texts]
+
+
+def test_a_knockout_group_through_v1_rewards(client: httpx.Client):
+    texts = [GOOD, BAD, ODD, "Paris.", "Berlin."]
+    body = {"prompt": Q, "completions": texts, "strategy": "knockout", "mode": "single", "seed": 8}
+    r = client.post("/v1/rewards", json=body)
+    assert r.status_code == 200, r.text
+    out = r.json()
+    # 5 entries: 4 comparisons over ceil(log2 5) = 3 rounds, both orders each.
+    assert out["judgments"] == 8
+    assert out["rounds"] == 3
+    assert len(out["comparisons"]) == 4
+    assert out["usage"]["engine_requests"] == 8
+    survived = [c["rounds_survived"] for c in out["completions"]]
+    assert max(survived) == 3  # the champion went through every round
+    assert sum(s == 3 for s in survived) == 1
+    for reward in out["rewards"]:
+        assert reward is None or 0.0 <= reward <= 1.0
 
 
 def test_trl_grpo_trainer_with_the_service_as_its_reward(live: LiveService, tmp_path: Path):

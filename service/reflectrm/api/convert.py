@@ -22,6 +22,8 @@ from reflectrm.serving.types import (
     GroupAsk,
     GroupResult,
     Judged,
+    MemberAsk,
+    MemberResult,
     PairAsk,
     PairResult,
     SampleAsk,
@@ -146,6 +148,22 @@ def group_ask(body: schemas.RewardsRequest) -> GroupAsk:
     )
 
 
+def member_ask(body: schemas.SampleRewardRequest) -> MemberAsk:
+    return MemberAsk(
+        conversation=messages_of(body),
+        completion=body.completion,
+        group_size=body.group_size,
+        group_id=body.group_id,
+        strategy=body.strategy,
+        mode=body.mode,
+        debias=body.debias,
+        num_candidates=body.num_candidates,
+        max_tokens=body.max_tokens,
+        seed=body.seed,
+        cohort_timeout_s=body.cohort_timeout_s,
+    )
+
+
 def sample_asks(body: schemas.OpenRLHFRequest) -> list[SampleAsk]:
     return [
         SampleAsk(query=q, prompt=p, label=label)
@@ -160,6 +178,9 @@ def sample_options(options: schemas.OpenRLHFOptions) -> SampleOptions:
         num_candidates=options.num_candidates,
         max_tokens=options.max_tokens,
         seed=options.seed,
+        group_size=options.group_size,
+        strategy=options.strategy,
+        cohort_timeout_s=options.cohort_timeout_s,
     )
 
 
@@ -349,4 +370,66 @@ def openrlhf_response(results: list[GroupResult]) -> schemas.OpenRLHFResponse:
         logs["judge_consistent"].append(1.0 if consistent else 0.0)
         logs["judge_no_verdict"].append(1.0 if reward is None else 0.0)
         logs["judge_generated_tokens"].append(float(result.usage.generated_tokens))
+    return schemas.OpenRLHFResponse(rewards=rewards, scores=rewards, extra_logs=logs)
+
+
+def cohort_result(result: MemberResult) -> schemas.CohortResult:
+    group, spec = result.group, result.group.spec
+    return schemas.CohortResult(
+        group_id=result.group_id,
+        group_size=result.group_size,
+        arrived=result.arrived,
+        cut=result.cut,
+        wait_ms=round(result.wait_s * 1000, 1),
+        index=result.index,
+        completions=len(spec.completions),
+        rewards=[r.reward for r in group.rewards],
+        judgments=group.judgments,
+        rounds=group.rounds,
+        strategy=spec.strategy,
+        debias=spec.debias,
+        mode=spec.mode,
+        seed=spec.seed,
+        usage=usage_of(group.usage),
+    )
+
+
+def sample_reward_response(result: MemberResult) -> schemas.SampleRewardResponse:
+    r = result.reward
+    return schemas.SampleRewardResponse(
+        reward=r.reward,
+        no_verdict=r.no_verdict,
+        wins=r.wins,
+        losses=r.losses,
+        ties=r.ties,
+        empty=r.empty,
+        duplicate_of=r.duplicate_of,
+        retried=result.adopted,
+        cohort=cohort_result(result),
+        **_envelope(result.envelope),
+    )
+
+
+def openrlhf_cohort_response(results: list[MemberResult]) -> schemas.OpenRLHFResponse:
+    """Group rewards for OpenRLHF: a sample without a verdict gets NO_VERDICT_REWARD, flagged
+    in ``judge_no_verdict``; the cohort's figures ride in ``extra_logs`` (numbers only)."""
+    rewards: list[float] = []
+    logs: dict[str, list[float]] = {
+        "judge_no_verdict": [],
+        "judge_cohort_arrived": [],
+        "judge_cohort_cut": [],
+        "judge_cohort_wait_s": [],
+        "judge_judgments_per_reward": [],
+        "judge_generated_tokens_per_reward": [],
+    }
+    for result in results:
+        reward = result.reward.reward
+        rewards.append(NO_VERDICT_REWARD if reward is None else reward)
+        group, n = result.group, max(1, len(result.group.spec.completions))
+        logs["judge_no_verdict"].append(1.0 if reward is None else 0.0)
+        logs["judge_cohort_arrived"].append(float(result.arrived))
+        logs["judge_cohort_cut"].append(1.0 if result.cut else 0.0)
+        logs["judge_cohort_wait_s"].append(round(result.wait_s, 3))
+        logs["judge_judgments_per_reward"].append(group.judgments / n)
+        logs["judge_generated_tokens_per_reward"].append(group.usage.generated_tokens / n)
     return schemas.OpenRLHFResponse(rewards=rewards, scores=rewards, extra_logs=logs)

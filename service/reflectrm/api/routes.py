@@ -110,10 +110,25 @@ async def rewards(
 
 
 @router.post(
+    "/v1/rewards/sample",
+    response_model=schemas.SampleRewardResponse,
+    responses=ERRORS,
+    summary="One completion of a group sent alone: answered with its group reward once the "
+    "group's other completions have arrived in their own calls (a cohort)",
+)
+async def sample_reward(
+    body: schemas.SampleRewardRequest, service: ServiceDep, call: CallDep
+) -> schemas.SampleRewardResponse:
+    result = await service.member_reward(convert.member_ask(body), call)
+    return convert.sample_reward_response(result)
+
+
+@router.post(
     "/get_reward",
     response_model=schemas.OpenRLHFResponse,
     responses=ERRORS,
-    summary="OpenRLHF remote reward model (--reward.remote_url): each sample against its label",
+    summary="OpenRLHF remote reward model (--reward.remote_url): each sample against its label, "
+    "or with ?group_size=N a group reward among its prompt's N samples",
 )
 async def get_reward(
     body: schemas.OpenRLHFRequest,
@@ -122,5 +137,6 @@ async def get_reward(
     call: CallDep,
 ) -> schemas.OpenRLHFResponse:
     samples, opts = convert.sample_asks(body), convert.sample_options(options)
-    results = await service.sample_rewards(samples, opts, call)
-    return convert.openrlhf_response(results)
+    if opts.group_size is not None:
+        return convert.openrlhf_cohort_response(await service.sample_members(samples, opts, call))
+    return convert.openrlhf_response(await service.sample_rewards(samples, opts, call))

@@ -471,6 +471,122 @@ class RewardsResponse(BaseModel):
     seed: int
 
 
+# --- one member of a cohort (/v1/rewards/sample) -------------------------------------------------
+
+GroupStrategy = Literal["pivot", "round_robin", "knockout", "circular", "swiss"]
+GROUP_SIZE_DESCRIPTION = (
+    "The group's size: its completions arrive in this many calls, and the service holds each "
+    "until all have arrived (or the cohort timeout), judges the group once and answers each "
+    "call with its own reward. At most REFLECTRM_MAX_GROUP_SIZE."
+)
+COHORT_STRATEGY_DESCRIPTION = (
+    "How the group is judged once whole (see /v1/rewards): knockout (N-1 judgments), circular "
+    "(N), swiss (floor(N/2) per round, ceil(log2 N) rounds), pivot (N-1), round_robin "
+    "(N(N-1)/2). Debias swap doubles each count."
+)
+COHORT_TIMEOUT_DESCRIPTION = (
+    "Seconds the cohort waits for its members after the first arrives; then it is judged with "
+    "those it has and every reply says `cut`. Default REFLECTRM_COHORT_TIMEOUT_S; at most "
+    "REFLECTRM_MAX_COHORT_TIMEOUT_S."
+)
+
+
+class SampleRewardRequest(Conversation):
+    """One completion of a group whose other completions arrive in calls of their own."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "prompt": "Name a prime number larger than 10.",
+                    "completion": "13",
+                    "group_size": 4,
+                    "strategy": "knockout",
+                },
+                {
+                    "prompt": "Name a prime number larger than 10.",
+                    "completion": "13",
+                    "group_id": "step-12/prompt-3",
+                    "group_size": 8,
+                    "seed": 7,
+                },
+            ]
+        },
+    )
+
+    completion: str = Field(..., max_length=MAX_TEXT_CHARS, description="This call's completion.")
+    group_size: int = Field(..., ge=2, le=1000, description=GROUP_SIZE_DESCRIPTION)
+    group_id: str | None = Field(
+        None,
+        min_length=1,
+        max_length=256,
+        description="Names the group (within the caller's tenant). Default: the conversation "
+        "itself, which the N rollouts of one prompt share.",
+    )
+    strategy: GroupStrategy = Field("knockout", description=COHORT_STRATEGY_DESCRIPTION)
+    mode: Mode = Field("reflect", description=MODE_DESCRIPTION)
+    debias: Debias = Field("swap", description=DEBIAS_DESCRIPTION)
+    num_candidates: int | None = Field(None, ge=1, le=32, description="Stage-1 samples.")
+    max_tokens: int | None = Field(None, ge=16, description="Generation limit per output.")
+    seed: int | None = Field(
+        None,
+        ge=0,
+        lt=2**31,
+        description="Reproduces the group's judging (every member must send the same).",
+    )
+    cohort_timeout_s: float | None = Field(None, gt=0, description=COHORT_TIMEOUT_DESCRIPTION)
+
+
+class CohortResult(BaseModel):
+    group_id: str = Field(
+        description="The group's name: the caller's group_id, or a digest of the conversation."
+    )
+    group_size: int = Field(description="The size asked for.")
+    arrived: int = Field(description="Members that had arrived when the cohort closed.")
+    cut: bool = Field(
+        description="Closed by the cohort timeout before group_size members arrived: judged "
+        "with those it had."
+    )
+    wait_ms: float = Field(description="This call's wait for the cohort to close.")
+    index: int = Field(description="This completion's place in the group, ordered by content.")
+    completions: int = Field(description="Completions judged as the group (= arrived).")
+    rewards: list[float | None] = Field(description="Every completion's reward, in that order.")
+    judgments: int = Field(description="Judgments the group took (shared by its members).")
+    rounds: int
+    strategy: GroupStrategy
+    debias: Debias
+    mode: Mode
+    seed: int = Field(description="The group's seed (with its completions: /v1/rewards again).")
+    usage: Usage = Field(description="The whole group's engine work.")
+
+
+class SampleRewardResponse(BaseModel):
+    reward: float | None = Field(
+        description="This completion's reward in [0, 1] within its group; null if none of its "
+        "comparisons had a verdict (or it was alone in a cut cohort)."
+    )
+    no_verdict: int = Field(description="Its comparisons that ended without a verdict.")
+    wins: int
+    losses: int
+    ties: int
+    empty: bool = Field(description="Whitespace-only: not judged, reward 0.")
+    duplicate_of: int | None = Field(
+        None,
+        description="The group's completion it equals after whitespace normalisation (its "
+        "reward is that one's).",
+    )
+    retried: bool = Field(
+        description="This call took over the member of an earlier call with the same "
+        "completion whose client had gone (a retry): no new judgment was made for it."
+    )
+    cohort: CohortResult
+    latency_ms: float
+    model: str
+    template_version: str
+    request_id: str
+
+
 # --- OpenRLHF remote reward model (--reward.remote_url) ----------------------------------------
 
 
@@ -519,3 +635,13 @@ class OpenRLHFOptions(BaseModel):
     num_candidates: int | None = Field(None, ge=1, le=32)
     max_tokens: int | None = Field(None, ge=16)
     seed: int | None = Field(None, ge=0, lt=2**31)
+    group_size: int | None = Field(
+        None,
+        ge=2,
+        le=1000,
+        description="Group rewards: each sample is a member of its prompt's group of this size "
+        "(OpenRLHF's n_samples_per_prompt), judged once the group is whole; labels are not "
+        "needed. Without it each sample is judged against its label.",
+    )
+    strategy: GroupStrategy = Field("knockout", description=COHORT_STRATEGY_DESCRIPTION)
+    cohort_timeout_s: float | None = Field(None, gt=0, description=COHORT_TIMEOUT_DESCRIPTION)

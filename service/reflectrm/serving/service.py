@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import secrets
 from collections.abc import Coroutine, Hashable, Iterator, Sequence
 from typing import Any, TypeVar
@@ -31,6 +32,7 @@ from reflectrm.judging.judge import Judge, PromptTooLongError, consistent, swapp
 from reflectrm.judging.types import Judgment, JudgmentSpec, Message
 from reflectrm.metrics import Metrics
 from reflectrm.serving.admission import Admission, until_disconnected
+from reflectrm.serving.cohorts import Cohort, Cohorts, CohortTerms, Seat
 from reflectrm.serving.context import CallContext
 from reflectrm.serving.errors import (
     InvalidRequestError,
@@ -49,6 +51,8 @@ from reflectrm.serving.types import (
     GroupResult,
     GroupSpec,
     Judged,
+    MemberAsk,
+    MemberResult,
     PairAsk,
     PairResult,
     SampleAsk,
@@ -68,6 +72,14 @@ def new_seed() -> int:
 def _samples(request: JudgmentSpec) -> int:
     """Stage-1 outputs of one judgment: one greedy output in single mode."""
     return 1 if request.mode == "single" else request.num_candidates
+
+
+def _conversation_id(conversation: Sequence[Message]) -> str:
+    """A cohort keyed by its conversation, named in replies by a digest of it."""
+    digest = hashlib.sha256()
+    for message in conversation:
+        digest.update(f"{message.role}\0{message.content}\0".encode())
+    return f"conversation:{digest.hexdigest()[:16]}"
 
 
 def _group_samples(spec: GroupSpec) -> int:
@@ -102,6 +114,12 @@ class JudgingService:
             }
         )
         self.reuse = Reuse(s.result_cache_size, s.result_cache_ttl_s, s.retry_grace_s)
+        # Members left unanswered (their callers gone) keep their reward as long as the cache
+        # keeps answers, for the trainer's retry.
+        self.cohorts = Cohorts(
+            s.max_cohorts, s.result_cache_ttl_s, self._judge_cohort, on_close=self._cohort_closed
+        )
+        self.metrics.track_cohorts(lambda: self.cohorts.open)
         self.swap_checks = SwapChecker(
             settings.swap_check_config(), self.metrics, live_load=self.live_load
         )
@@ -134,6 +152,7 @@ class JudgingService:
     async def close(self, reason: str) -> None:
         """Admit nothing more and stop the background checks (before the engine shuts down)."""
         self.admission.close(reason)
+        await self.cohorts.close()
         await self.swap_checks.close()
         await self.reuse.close()
 
@@ -193,6 +212,17 @@ class JudgingService:
             )
         return result
 
+    async def member_reward(self, ask: MemberAsk, call: CallContext) -> MemberResult:
+        """One completion of a group whose other members arrive in calls of their own: held
+        (without an admission slot) until its cohort closes, then answered with its reward
+        from the cohort's one judging (``serving.cohorts``)."""
+        judge = self.require_judge()
+        with self._observed(call, ask.mode):
+            seat = self._seat(call, ask)
+            result = await self._member(judge, call, seat)
+            self._record_member(call, result)
+        return result
+
     async def sample_rewards(
         self, samples: Sequence[SampleAsk], options: SampleOptions, call: CallContext
     ) -> list[GroupResult]:
@@ -212,6 +242,142 @@ class JudgingService:
             tokens = sum(r.usage.generated_tokens for r in results)
             self._record_many(call, options.mode, "get_reward", outcomes, tokens)
         return results
+
+    async def sample_members(
+        self, samples: Sequence[SampleAsk], options: SampleOptions, call: CallContext
+    ) -> list[MemberResult]:
+        """Per-sample group rewards (OpenRLHF with ``group_size``): each sample's response is a
+        member of its prompt's cohort (the prompt's text is the cohort's key)."""
+        if options.group_size is None:
+            raise InvalidRequestError("group rewards per sample need group_size")
+        judge = self.require_judge()
+        with self._observed(call, options.mode):
+            self._check_count(
+                "samples", len(samples), self.settings.max_batch_items, "REFLECTRM_MAX_BATCH_ITEMS"
+            )
+            asks = [
+                MemberAsk(
+                    conversation=(Message("user", sample.prompt),),
+                    completion=self._sample_response(k, sample),
+                    group_size=options.group_size,
+                    strategy=options.strategy,
+                    mode=options.mode,
+                    debias=options.debias,
+                    num_candidates=options.num_candidates,
+                    max_tokens=options.max_tokens,
+                    seed=options.seed,
+                    cohort_timeout_s=options.cohort_timeout_s,
+                )
+                for k, sample in enumerate(samples)
+            ]
+            seats = [self._seat(call, ask) for ask in asks]
+            results = await gather_all([self._member(judge, call, seat) for seat in seats])
+            for result in results:
+                self._record_member(call, result)
+        return results
+
+    # --- cohorts ------------------------------------------------------------------------------
+
+    def _seat(self, call: CallContext, ask: MemberAsk) -> Seat:
+        """The call's member in its cohort, after the server's defaults and limits."""
+        s = self.settings
+        if not 2 <= ask.group_size <= s.max_group_size:
+            raise InvalidRequestError(
+                f"group_size is {ask.group_size}; a cohort has 2 to {s.max_group_size} members "
+                "(REFLECTRM_MAX_GROUP_SIZE)"
+            )
+        if ask.strategy == "reference":
+            raise InvalidRequestError(
+                "strategy reference judges each completion alone against a reference: send it "
+                "without group_size (no cohort is needed)"
+            )
+        timeout_s = s.cohort_timeout_s if ask.cohort_timeout_s is None else ask.cohort_timeout_s
+        if not 0 < timeout_s <= s.max_cohort_timeout_s:
+            raise InvalidRequestError(
+                f"cohort_timeout_s is {timeout_s:g}; this server allows more than 0 and at most "
+                f"{s.max_cohort_timeout_s:g} (REFLECTRM_MAX_COHORT_TIMEOUT_S)"
+            )
+        terms = CohortTerms(
+            group_size=ask.group_size,
+            strategy=ask.strategy,
+            mode=ask.mode,
+            debias=ask.debias,
+            num_candidates=ask.num_candidates or s.num_candidates,
+            max_tokens=self._max_tokens(ask.max_tokens),
+            seed=ask.seed,
+            timeout_s=timeout_s,
+        )
+        samples = 1 if terms.mode == "single" else terms.num_candidates
+        whole = group_judgments(ask.strategy, ask.group_size, ask.debias)
+        self._check_work([(whole, samples, terms.max_tokens)])
+        group_id = ask.group_id if ask.group_id is not None else _conversation_id(ask.conversation)
+        key = ("cohort", call.tenant, ask.group_id or ask.conversation)
+        payload = (call.tenant, ask.conversation)
+        return self.cohorts.seat(key, group_id, terms, payload, ask.completion)
+
+    async def _member(self, judge: Judge, call: CallContext, seat: Seat) -> MemberResult:
+        group: GroupResult = await self.cohorts.wait(seat, call.is_disconnected)
+        cohort, text = seat.cohort, seat.member.text
+        index = group.spec.completions.index(text)
+        assert cohort.closed_at is not None
+        return MemberResult(
+            index=index,
+            reward=group.rewards[index],
+            group=group,
+            group_id=cohort.group_id,
+            group_size=cohort.terms.group_size,
+            arrived=len(cohort.members),
+            cut=cohort.cut,
+            wait_s=max(0.0, cohort.closed_at - seat.member.arrived),
+            adopted=seat.adopted,
+            envelope=self._envelope(judge, call, call.request_id),
+        )
+
+    async def _judge_cohort(self, cohort: Cohort) -> GroupResult:
+        """A closed cohort judged as one group, its completions ordered by content, under its
+        tenant (a slot per judgment, like any group)."""
+        judge = self.require_judge()
+        tenant, conversation = cohort.payload
+        terms = cohort.terms
+        spec = GroupSpec(
+            conversation=conversation,
+            completions=tuple(sorted(cohort.texts)),
+            reference=None,
+            strategy=terms.strategy,
+            pivot=None,
+            mode=terms.mode,
+            debias=terms.debias,
+            num_candidates=terms.num_candidates,
+            max_tokens=terms.max_tokens,
+            seed=new_seed() if terms.seed is None else terms.seed,
+            seed_drawn=terms.seed is None,
+        )
+        call = CallContext(request_id=f"cohort-{cohort.id}", tenant=tenant)
+        result = await self._reused_group(judge, call, spec, "")
+        outcomes = self._group_outcomes(result)
+        for mode, outcome in outcomes:
+            self.metrics.observe_request(mode, outcome, call.seconds)
+        return result
+
+    def _cohort_closed(self, cohort: Cohort) -> None:
+        assert cohort.closed_at is not None
+        assert cohort.how is not None
+        closed = cohort.closed_at
+        self.metrics.observe_cohort(cohort.how, [closed - m.arrived for m in cohort.members])
+
+    @staticmethod
+    def _record_member(call: CallContext, result: MemberResult) -> None:
+        call.note(
+            mode=result.group.spec.mode,
+            outcome="no_verdict" if result.reward.reward is None else "verdict",
+            what="cohort",
+            group_id=result.group_id,
+            arrived=result.arrived,
+            cut=result.cut,
+            cohort_wait_s=round(result.wait_s, 3),
+        )
+        if result.adopted:
+            call.note(reused="adopted")
 
     # --- defaults and limits ------------------------------------------------------------------
 
@@ -319,13 +485,7 @@ class JudgingService:
         specs = []
         for k, sample in enumerate(samples):
             prompt, label = sample.prompt, sample.label
-            if not sample.query.startswith(prompt):
-                raise InvalidRequestError(
-                    f"sample {k}: `query` does not start with its `prompts` entry, so the "
-                    "response cannot be told apart; send query = prompt + response"
-                )
-            if not prompt.strip():
-                raise InvalidRequestError(f"sample {k}: the prompt is empty")
+            response = self._sample_response(k, sample)
             if label is None or not label.strip():
                 raise InvalidRequestError(
                     f"sample {k}: no label; each sample is judged against its label as the "
@@ -333,7 +493,7 @@ class JudgingService:
                 )
             ask = GroupAsk(
                 conversation=(Message("user", prompt),),
-                completions=(sample.query[len(prompt) :],),
+                completions=(response,),
                 strategy="reference",
                 reference=label,
                 mode=options.mode,
@@ -344,6 +504,19 @@ class JudgingService:
             )
             specs.append(self._group_spec(ask))
         return specs
+
+    @staticmethod
+    def _sample_response(k: int, sample: SampleAsk) -> str:
+        """The response of a sample: its query after its prompt."""
+        prompt = sample.prompt
+        if not sample.query.startswith(prompt):
+            raise InvalidRequestError(
+                f"sample {k}: `query` does not start with its `prompts` entry, so the "
+                "response cannot be told apart; send query = prompt + response"
+            )
+        if not prompt.strip():
+            raise InvalidRequestError(f"sample {k}: the prompt is empty")
+        return sample.query[len(prompt) :]
 
     # --- running judgments ------------------------------------------------------------------
 
@@ -467,6 +640,12 @@ class JudgingService:
                 ]
             )
         rewards = group.rewards([(j.comparison, j.answer) for j in judged])
+        self.metrics.observe_group(
+            spec.strategy,
+            sum(len(j.judgments) for j in judged),
+            len(spec.completions),
+            len(group.duplicate_of),
+        )
         for j in judged:
             if len(j.judgments) == 2:  # both orders ran: a positional-consistency sample
                 self._count_swap(*j.judgments)

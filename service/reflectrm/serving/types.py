@@ -157,6 +157,44 @@ class GroupResult:
         return max((j.comparison.round for j in self.judged), default=0)
 
 
+# --- one member of a cohort (a group's completions arriving as per-sample calls) ------------
+
+
+@dataclass(frozen=True)
+class MemberAsk:
+    """One completion of a group whose other completions arrive in calls of their own."""
+
+    conversation: tuple[Message, ...]
+    completion: str
+    group_size: int
+    # The cohort's name within the tenant; None: the conversation's text (which the N rollouts
+    # of one prompt share).
+    group_id: str | None = None
+    strategy: Strategy = "knockout"
+    mode: Mode = "reflect"
+    debias: Debias = "swap"
+    num_candidates: int | None = None
+    max_tokens: int | None = None
+    seed: int | None = None
+    cohort_timeout_s: float | None = None
+
+
+@dataclass(frozen=True)
+class MemberResult:
+    """A member's reward, and its cohort's figures."""
+
+    index: int  # the member's completion in the group's order (by content)
+    reward: CompletionReward
+    group: GroupResult
+    group_id: str
+    group_size: int  # as asked
+    arrived: int  # members in the cohort when it closed
+    cut: bool  # closed by the timeout before group_size members arrived
+    wait_s: float  # from this call's arrival to the cohort's close
+    adopted: bool  # a retry that took over the member of a caller that had gone
+    envelope: Envelope
+
+
 # --- per-sample rewards (OpenRLHF's remote reward model) ------------------------------------
 
 
@@ -177,3 +215,8 @@ class SampleOptions:
     num_candidates: int | None = None
     max_tokens: int | None = None
     seed: int | None = None
+    # Cohorts: each sample is a member of its prompt's group of this size (None: each sample
+    # judged against its label instead).
+    group_size: int | None = None
+    strategy: Strategy = "knockout"
+    cohort_timeout_s: float | None = None
