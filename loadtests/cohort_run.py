@@ -56,8 +56,8 @@ COUNTERS = (
     "reflectrm_cohorts_closed_total",
     "reflectrm_cohort_wait_seconds_count",
     "reflectrm_cohort_wait_seconds_sum",
-    "reflectrm_judgments_per_reward_count",
-    "reflectrm_judgments_per_reward_sum",
+    "reflectrm_judgments_per_reward_ratio_count",
+    "reflectrm_judgments_per_reward_ratio_sum",
     "reflectrm_engine_requests_total",
     "reflectrm_generated_tokens_total",
     "reflectrm_prompt_tokens_total",
@@ -223,8 +223,8 @@ async def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
         "call_seconds": latency_summary(c["seconds"] for c in calls if c["status"] == 200),
         "per_reward": {
             "judgments": round(
-                diff.get("reflectrm_judgments_per_reward_sum", 0.0)
-                / max(1.0, diff.get("reflectrm_judgments_per_reward_count", 0.0)),
+                diff.get("reflectrm_judgments_per_reward_ratio_sum", 0.0)
+                / max(1.0, diff.get("reflectrm_judgments_per_reward_ratio_count", 0.0)),
                 3,
             ),
             "engine_requests": round(

@@ -250,7 +250,7 @@ class Metrics:
             registry=r,
         )
         self.judgments_per_reward = Histogram(
-            f"{PREFIX}judgments_per_reward",
+            f"{PREFIX}judgments_per_reward_ratio",
             "Judgments a judged group took per completion it rewarded, by strategy (the cost "
             "of a group reward; debias swap doubles it).",
             ["strategy"],

@@ -84,7 +84,7 @@ def test_every_member_gets_its_group_reward_from_one_judging():
         assert metric(url, "reflectrm_cohort_wait_seconds_count") == 3
         assert metric(url, "reflectrm_cohorts_open") == 0
         # 6 judgments for 3 rewards.
-        assert metric(url, 'reflectrm_judgments_per_reward_sum{strategy="round_robin"}') == 2
+        assert metric(url, 'reflectrm_judgments_per_reward_ratio_sum{strategy="round_robin"}') == 2
 
 
 def test_the_rewards_do_not_depend_on_the_order_members_arrive_in():

@@ -23,7 +23,9 @@ EXAMPLES = 100
 def app():
     gens = [judgment(1, "a0", (-0.01,) * 10)] + [judgment(2, f"a{i}") for i in range(1, 8)]
     engine = ScriptedEngine(stage1=gens * 4, reflect=lambda c1, c2: 1)
-    return create_app(Settings(swap_check_fraction=0.0), engine=engine)
+    # A fuzzed cohort member never sees its group fill: it waits at most 0.1 s for it.
+    settings = Settings(swap_check_fraction=0.0, cohort_timeout_s=0.05, max_cohort_timeout_s=0.1)
+    return create_app(settings, engine=engine)
 
 
 # The operations present now, whoever added them: each is fuzzed.

@@ -43,12 +43,31 @@ FUZZ_MAX_TOKENS = 32
 FUZZ_MAX_CANDIDATES = 2
 
 
+FUZZ_COHORT_TIMEOUT_S = 0.5
+
+
+def _cap(node: dict[str, Any], key: str, cap: float) -> None:
+    value = node.get(key)
+    if isinstance(value, str):  # a query parameter
+        with contextlib.suppress(ValueError):
+            if float(value) > cap:
+                node[key] = str(cap)
+    elif isinstance(value, int | float) and not isinstance(value, bool) and value > cap:
+        node[key] = cap
+
+
 def tiny(case: Any) -> None:
-    """Keep generated judgments small: at most 32 tokens and 2 candidates, one order. Values
+    """Keep generated judgments small: at most 32 tokens and 2 candidates, one order; a cohort
+    member waits at most 0.5 s for the rest of its group (a fuzzed group never fills). Values
     that are invalid anyway are left alone, to be refused."""
 
     def shrink(node: Any) -> None:
         if isinstance(node, dict):
+            if "completion" in node:  # a cohort member
+                node.setdefault("cohort_timeout_s", FUZZ_COHORT_TIMEOUT_S)
+                _cap(node, "cohort_timeout_s", FUZZ_COHORT_TIMEOUT_S)
+                _cap(node, "max_tokens", FUZZ_MAX_TOKENS)
+                _cap(node, "num_candidates", FUZZ_MAX_CANDIDATES)
             if "responses" in node:  # a judgment request
                 for key, cap in (
                     ("max_tokens", FUZZ_MAX_TOKENS),
@@ -66,6 +85,10 @@ def tiny(case: Any) -> None:
                 shrink(value)
 
     shrink(case.body)
+    query = case.query if isinstance(case.query, dict) else None
+    if query is not None and "group_size" in query:  # /get_reward members of a cohort
+        query.setdefault("cohort_timeout_s", FUZZ_COHORT_TIMEOUT_S)
+        _cap(query, "cohort_timeout_s", FUZZ_COHORT_TIMEOUT_S)
 
 
 def test_fuzzing_against_the_real_engine(live: LiveService):
