@@ -40,6 +40,7 @@ from reflectrm.serving.errors import (
     outcome_of,
 )
 from reflectrm.serving.reuse import How, Reuse
+from reflectrm.serving.samples import split_query
 from reflectrm.serving.swap_checks import SwapChecker, swap_result
 from reflectrm.serving.types import (
     BatchResult,
@@ -319,10 +320,12 @@ class JudgingService:
         specs = []
         for k, sample in enumerate(samples):
             prompt, label = sample.prompt, sample.label
-            if not sample.query.startswith(prompt):
+            response = split_query(sample.query, prompt)
+            if response is None:
                 raise InvalidRequestError(
-                    f"sample {k}: `query` does not start with its `prompts` entry, so the "
-                    "response cannot be told apart; send query = prompt + response"
+                    f"sample {k}: `query` does not start with its `prompts` entry (nor with the "
+                    "end of it, as a prompt cut from the left leaves), so the response cannot be "
+                    "told apart; send query = prompt + response"
                 )
             if not prompt.strip():
                 raise InvalidRequestError(f"sample {k}: the prompt is empty")
@@ -333,7 +336,7 @@ class JudgingService:
                 )
             ask = GroupAsk(
                 conversation=(Message("user", prompt),),
-                completions=(sample.query[len(prompt) :],),
+                completions=(response,),
                 strategy="reference",
                 reference=label,
                 mode=options.mode,
