@@ -254,7 +254,7 @@ def test_verl_compute_score_as_the_naive_reward_manager_calls_it(vote_env: str):
 
     score, extra = asyncio.run(run_single({"split": "train", "index": 0, "question": Q}))
     assert score == 0.625
-    assert extra["judge_consistent"] == 0.0
+    assert (extra["judge_consistent"], extra["judge_inconsistent"]) == (0.0, 1.0)
     messages = [{"role": "user", "content": Q}]
     assert asyncio.run(run_single({"prompt": messages}))[0] == 0.625
     with pytest.raises(ValueError, match="extra_info"):

@@ -411,6 +411,7 @@ def test_get_reward_judges_the_response_against_the_label(client: TestClient):
     assert logs["judge_reward_first_order"] == [0.875]
     assert logs["judge_reward_second_order"] == [0.375]
     assert logs["judge_consistent"] == [0.0]  # A won shown first, lost shown second
+    assert logs["judge_inconsistent"] == [1.0]
     assert logs["judge_no_verdict"] == [0.0]
     assert all(len(v) == 1 and isinstance(v[0], float) for v in logs.values())
 
