@@ -336,3 +336,118 @@ def test_slime_group_rm_and_reference_rm(vote_env: str):
     assert [s.reward for s in samples] == ROUND_ROBIN
     single = load_function("reflectrm.integrations.slime.reference_rm")
     assert asyncio.run(single(args, samples[0])) == 0.625
+
+
+# --- the new reply fields, strategies and cohorts ------------------------------------------------
+
+
+def test_rewards_carry_duplicates_no_verdicts_and_rounds(url: str):
+    with Client(url) as rm:
+        r = rm.rewards(Q, [A, B, C, " alpha   answer "], strategy="knockout", mode="vote", seed=1)
+    assert r.strategy == "knockout"
+    assert r.duplicate_of == [None, None, None, 0]
+    assert r.rewards[3] == r.rewards[0]
+    assert r.no_verdict == [0, 0, 0, 0]
+    assert r.rounds == 2  # 3 distinct completions: ceil(log2 3)
+    assert len(r.rounds_survived) == 4
+    assert r.rounds_survived[0] is not None
+
+
+@pytest.mark.parametrize("strategy", ["knockout", "circular", "swiss"])
+def test_trl_takes_the_tournament_strategies(url: str, strategy: str):
+    reward = ReflectRMReward(url, strategy=strategy, mode="vote", seed=3)
+    out = call_as_grpo_trainer(reward, [Q, Q, Q], [A, B, C])
+    assert len(out) == 3
+    assert all(0.0 <= r <= 1.0 for r in out)
+    assert out[0] > out[1]  # A beats B in every design that pairs them (or through C)
+    with pytest.raises(ValueError, match="strategy must be one of"):
+        ReflectRMReward(url, strategy="bracket")
+
+
+SAMPLE_REPLY = {
+    "reward": 0.75,
+    "no_verdict": 0,
+    "cohort": {
+        "group_id": "g",
+        "group_size": 4,
+        "arrived": 4,
+        "cut": False,
+        "wait_ms": 12.5,
+        "index": 2,
+        "duplicate_of": None,
+        "rewards": [0.25, 0.5, 0.75, None],
+        "judgments": 3,
+        "strategy": "knockout",
+        "seed": 9,
+    },
+    "usage": {"prompt_tokens": 1, "generated_tokens": 2, "engine_requests": 3},
+    "latency_ms": 20.0,
+    "model": "m",
+    "template_version": "v1",
+    "request_id": "r",
+}
+
+
+def test_sample_reward_posts_one_cohort_member_and_reads_the_cohort():
+    seen: list[tuple[str, dict]] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        seen.append((request.url.path, json.loads(request.content)))
+        return httpx.Response(200, json=SAMPLE_REPLY)
+
+    transport = httpx.MockTransport(handle)
+    with Client("http://rm", http=httpx.Client(base_url="http://rm", transport=transport)) as rm:
+        out = rm.sample_reward(Q, A, 4, group_id="g", strategy="swiss", cohort_timeout_s=30)
+    assert seen == [
+        (
+            "/v1/rewards/sample",
+            {
+                "prompt": Q,
+                "completion": A,
+                "group_size": 4,
+                "group_id": "g",
+                "strategy": "swiss",
+                "cohort_timeout_s": 30,
+            },
+        )
+    ]  # no seed drawn: the members of a cohort share the server's
+    assert (out.reward, out.no_verdict) == (0.75, 0)
+    assert (out.cohort.index, out.cohort.arrived, out.cohort.cut) == (2, 4, False)
+    assert out.cohort.rewards == [0.25, 0.5, 0.75, None]
+    assert out.raw["request_id"] == "r"
+
+    async def handle_async(request: httpx.Request) -> httpx.Response:
+        seen.append((request.url.path, json.loads(request.content)))
+        return httpx.Response(200, json={**SAMPLE_REPLY, "reward": None, "no_verdict": 2})
+
+    async def main():
+        http = httpx.AsyncClient(base_url="http://rm", transport=httpx.MockTransport(handle_async))
+        async with AsyncClient("http://rm", http=http) as rm:
+            return await rm.sample_reward([{"role": "user", "content": Q}], B, 2)
+
+    member = asyncio.run(main())
+    assert (member.reward, member.no_verdict) == (None, 2)
+    assert seen[-1][1] == {
+        "messages": [{"role": "user", "content": Q}],
+        "completion": B,
+        "group_size": 2,
+    }
+
+
+def test_openrlhf_reward_func_asks_for_a_cohort_by_query_parameters(monkeypatch):
+    from reflectrm.integrations.openrlhf import reward_func
+    from tests.frameworks.fake import fake_service
+
+    monkeypatch.setenv("REFLECTRM_GROUP_SIZE", "8")
+    monkeypatch.setenv("REFLECTRM_REWARD_STRATEGY", "swiss")
+    monkeypatch.setenv("REFLECTRM_REWARD_MODE", "single")
+    monkeypatch.setenv("REFLECTRM_COHORT_TIMEOUT_S", "60")
+    with fake_service(monkeypatch) as service:
+        reward_func(["q a"], ["q "], [""])
+    path, params, body = service.calls[0]
+    assert path == "/get_reward"
+    assert params == {"group_size": "8", "strategy": "swiss", "mode": "single"}
+    assert body == {"query": ["q a"], "prompts": ["q "], "labels": [""]}
+    monkeypatch.setenv("REFLECTRM_REWARD_STRATEGY", "reference")
+    with fake_service(monkeypatch), pytest.raises(ValueError, match="does not apply"):
+        reward_func(["q a"], ["q "], [""])
