@@ -10,6 +10,8 @@ each keeps the server's JSON in ``raw``.
     with Client("http://127.0.0.1:8000") as rm:
         print(rm.judge("2+2?", "4", "5", mode="single").winner)
         print(rm.rewards("2+2?", ["4", "5", "four"], reference="4").rewards)
+        # one completion of a group of 4; answered when all 4 have been sent
+        print(rm.sample_reward("2+2?", "4", group_size=4).reward)
 """
 
 from __future__ import annotations
@@ -80,19 +82,93 @@ class BatchResult:
 
 @dataclass(frozen=True)
 class Rewards:
+    """One reward per completion (None: none of its comparisons had a verdict), with what
+    ``/v1/rewards`` says of each: ``no_verdict`` (its comparisons without a verdict),
+    ``duplicate_of`` (the completion whose judgment it shares, or None) and, for knockout,
+    ``rounds_survived``; ``rounds`` is the rounds judged one after the other."""
+
     rewards: list[float | None]
     strategy: str
     judgments: int
     seed: int
-    raw: dict[str, Any] = field(repr=False, compare=False)
+    no_verdict: list[int] = field(default_factory=list)
+    duplicate_of: list[int | None] = field(default_factory=list)
+    rounds_survived: list[int | None] = field(default_factory=list)
+    rounds: int = 1
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @staticmethod
     def of(body: dict[str, Any]) -> Rewards:
+        completions = body.get("completions") or []
         return Rewards(
             rewards=list(body["rewards"]),
             strategy=body["strategy"],
             judgments=body["judgments"],
             seed=body["seed"],
+            no_verdict=[int(c.get("no_verdict", 0)) for c in completions],
+            duplicate_of=[c.get("duplicate_of") for c in completions],
+            rounds_survived=[c.get("rounds_survived") for c in completions],
+            rounds=int(body.get("rounds", 1)),
+            raw=body,
+        )
+
+
+@dataclass(frozen=True)
+class Cohort:
+    """The group a ``/v1/rewards/sample`` call was judged in: ``arrived`` of ``group_size``
+    members came (``cut``: the cohort timeout judged it without the rest), this member is
+    ``index`` in the cohort's order (by content), and every member's reward is in ``rewards``."""
+
+    group_id: str
+    group_size: int
+    arrived: int
+    cut: bool
+    wait_ms: float
+    index: int
+    rewards: list[float | None]
+    judgments: int
+    strategy: str
+    seed: int
+
+    @staticmethod
+    def of(body: dict[str, Any]) -> Cohort:
+        return Cohort(
+            group_id=str(body["group_id"]),
+            group_size=int(body["group_size"]),
+            arrived=int(body["arrived"]),
+            cut=bool(body["cut"]),
+            wait_ms=float(body.get("wait_ms", 0.0)),
+            index=int(body["index"]),
+            rewards=list(body.get("rewards") or []),
+            judgments=int(body.get("judgments", 0)),
+            strategy=str(body["strategy"]),
+            seed=int(body["seed"]),
+        )
+
+
+@dataclass(frozen=True)
+class SampleReward:
+    """One completion's reward from its cohort (``POST /v1/rewards/sample``). ``reward`` is None
+    when none of its comparisons had a verdict (``no_verdict`` counts them)."""
+
+    reward: float | None
+    no_verdict: int
+    cohort: Cohort
+    # The cohort's completion this one equals after whitespace normalisation (its reward).
+    duplicate_of: int | None = None
+    # The call took over the member of an earlier call with the same completion whose client
+    # had gone (a retry): no judgment was made for it.
+    retried: bool = False
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @staticmethod
+    def of(body: dict[str, Any]) -> SampleReward:
+        return SampleReward(
+            reward=body.get("reward"),
+            no_verdict=int(body.get("no_verdict", 0)),
+            cohort=Cohort.of(body["cohort"]),
+            duplicate_of=body.get("duplicate_of"),
+            retried=bool(body.get("retried", False)),
             raw=body,
         )
 
@@ -130,6 +206,20 @@ def rewards_body(
 ) -> dict[str, Any]:
     body = {**conversation_fields(conversation), "completions": list(completions)}
     return with_seed({**body, **drop_none(fields)})
+
+
+def sample_body(
+    conversation: Conversation, completion: str, group_size: int, **fields: Any
+) -> dict[str, Any]:
+    """A cohort member. No seed is drawn here: the members of a cohort must agree on the
+    cohort's settings, and the server seeds an unseeded cohort once for all of them (a retry
+    of a member joins its first try, or gets the cohort's answer)."""
+    body = {
+        **conversation_fields(conversation),
+        "completion": completion,
+        "group_size": group_size,
+    }
+    return {**body, **drop_none(fields)}
 
 
 def batch_body(items: Sequence[dict[str, Any]], defaults: dict[str, Any] | None) -> dict[str, Any]:
@@ -233,6 +323,16 @@ class Client:
             self.post("/v1/rewards", rewards_body(conversation, completions, **fields))
         )
 
+    def sample_reward(
+        self, conversation: Conversation, completion: str, group_size: int, **fields: Any
+    ) -> SampleReward:
+        """One completion of a group of ``group_size``, rewarded against the others once all
+        have been sent (by this or other processes) or the cohort timeout has passed.
+        ``fields``: group_id (default: the conversation is the key), strategy (default
+        knockout), mode, debias, num_candidates, max_tokens, seed, cohort_timeout_s."""
+        body = sample_body(conversation, completion, group_size, **fields)
+        return SampleReward.of(self.post("/v1/rewards/sample", body))
+
 
 class AsyncClient:
     """Asynchronous client: use it from one event loop (httpx.AsyncClient is bound to it)."""
@@ -298,3 +398,10 @@ class AsyncClient:
     ) -> Rewards:
         body = rewards_body(conversation, completions, **fields)
         return Rewards.of(await self.post("/v1/rewards", body))
+
+    async def sample_reward(
+        self, conversation: Conversation, completion: str, group_size: int, **fields: Any
+    ) -> SampleReward:
+        """As ``Client.sample_reward``: the call waits until the cohort has been judged."""
+        body = sample_body(conversation, completion, group_size, **fields)
+        return SampleReward.of(await self.post("/v1/rewards/sample", body))

@@ -9,6 +9,7 @@ A vs R -> A 0.625; B vs R -> 0.375; C vs R -> 0.5; round robin of A, B, C -> 0.6
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import functools
 import importlib
 import inspect
@@ -254,7 +255,7 @@ def test_verl_compute_score_as_the_naive_reward_manager_calls_it(vote_env: str):
 
     score, extra = asyncio.run(run_single({"split": "train", "index": 0, "question": Q}))
     assert score == 0.625
-    assert extra["judge_consistent"] == 0.0
+    assert (extra["judge_consistent"], extra["judge_inconsistent"]) == (0.0, 1.0)
     messages = [{"role": "user", "content": Q}]
     assert asyncio.run(run_single({"prompt": messages}))[0] == 0.625
     with pytest.raises(ValueError, match="extra_info"):
@@ -336,3 +337,160 @@ def test_slime_group_rm_and_reference_rm(vote_env: str):
     assert [s.reward for s in samples] == ROUND_ROBIN
     single = load_function("reflectrm.integrations.slime.reference_rm")
     assert asyncio.run(single(args, samples[0])) == 0.625
+
+
+# --- the new reply fields, strategies and cohorts ------------------------------------------------
+
+
+def test_rewards_carry_duplicates_no_verdicts_and_rounds(url: str):
+    with Client(url) as rm:
+        r = rm.rewards(Q, [A, B, C, " alpha   answer "], strategy="knockout", mode="vote", seed=1)
+    assert r.strategy == "knockout"
+    assert r.duplicate_of == [None, None, None, 0]
+    assert r.rewards[3] == r.rewards[0]
+    assert r.no_verdict == [0, 0, 0, 0]
+    assert r.rounds == 2  # 3 distinct completions: ceil(log2 3)
+    assert len(r.rounds_survived) == 4
+    assert r.rounds_survived[0] is not None
+
+
+@pytest.mark.parametrize("strategy", ["knockout", "circular", "swiss"])
+def test_trl_takes_the_tournament_strategies(url: str, strategy: str):
+    reward = ReflectRMReward(url, strategy=strategy, mode="vote", seed=3)
+    out = call_as_grpo_trainer(reward, [Q, Q, Q], [A, B, C])
+    assert len(out) == 3
+    assert all(0.0 <= r <= 1.0 for r in out)
+    assert out[0] > out[1]  # A beats B in every design that pairs them (or through C)
+    with pytest.raises(ValueError, match="strategy must be one of"):
+        ReflectRMReward(url, strategy="bracket")
+
+
+SAMPLE_REPLY = {
+    "reward": 0.75,
+    "no_verdict": 0,
+    "duplicate_of": None,
+    "retried": False,
+    "cohort": {
+        "group_id": "g",
+        "group_size": 4,
+        "arrived": 4,
+        "cut": False,
+        "wait_ms": 12.5,
+        "index": 2,
+        "rewards": [0.25, 0.5, 0.75, None],
+        "judgments": 3,
+        "strategy": "knockout",
+        "seed": 9,
+    },
+    "usage": {"prompt_tokens": 1, "generated_tokens": 2, "engine_requests": 3},
+    "latency_ms": 20.0,
+    "model": "m",
+    "template_version": "v1",
+    "request_id": "r",
+}
+
+
+def test_sample_reward_posts_one_cohort_member_and_reads_the_cohort():
+    seen: list[tuple[str, dict]] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        seen.append((request.url.path, json.loads(request.content)))
+        return httpx.Response(200, json=SAMPLE_REPLY)
+
+    transport = httpx.MockTransport(handle)
+    with Client("http://rm", http=httpx.Client(base_url="http://rm", transport=transport)) as rm:
+        out = rm.sample_reward(Q, A, 4, group_id="g", strategy="swiss", cohort_timeout_s=30)
+    assert seen == [
+        (
+            "/v1/rewards/sample",
+            {
+                "prompt": Q,
+                "completion": A,
+                "group_size": 4,
+                "group_id": "g",
+                "strategy": "swiss",
+                "cohort_timeout_s": 30,
+            },
+        )
+    ]  # no seed drawn: the members of a cohort share the server's
+    assert (out.reward, out.no_verdict) == (0.75, 0)
+    assert (out.cohort.index, out.cohort.arrived, out.cohort.cut) == (2, 4, False)
+    assert out.cohort.rewards == [0.25, 0.5, 0.75, None]
+    assert out.raw["request_id"] == "r"
+
+    async def handle_async(request: httpx.Request) -> httpx.Response:
+        seen.append((request.url.path, json.loads(request.content)))
+        return httpx.Response(200, json={**SAMPLE_REPLY, "reward": None, "no_verdict": 2})
+
+    async def main():
+        http = httpx.AsyncClient(base_url="http://rm", transport=httpx.MockTransport(handle_async))
+        async with AsyncClient("http://rm", http=http) as rm:
+            return await rm.sample_reward([{"role": "user", "content": Q}], B, 2)
+
+    member = asyncio.run(main())
+    assert (member.reward, member.no_verdict) == (None, 2)
+    assert seen[-1][1] == {
+        "messages": [{"role": "user", "content": Q}],
+        "completion": B,
+        "group_size": 2,
+    }
+
+
+def test_openrlhf_reward_func_asks_for_a_cohort_by_query_parameters(monkeypatch):
+    from reflectrm.integrations.openrlhf import reward_func
+    from tests.frameworks.fake import fake_service
+
+    monkeypatch.setenv("REFLECTRM_GROUP_SIZE", "8")
+    monkeypatch.setenv("REFLECTRM_REWARD_STRATEGY", "swiss")
+    monkeypatch.setenv("REFLECTRM_REWARD_MODE", "single")
+    monkeypatch.setenv("REFLECTRM_COHORT_TIMEOUT_S", "60")
+    with fake_service(monkeypatch) as service:
+        reward_func(["q a"], ["q "], [""])
+    path, params, body = service.calls[0]
+    assert path == "/get_reward"
+    assert params == {"group_size": "8", "strategy": "swiss", "mode": "single"}
+    assert body == {"query": ["q a"], "prompts": ["q "], "labels": [""]}
+    monkeypatch.setenv("REFLECTRM_REWARD_STRATEGY", "reference")
+    with fake_service(monkeypatch), pytest.raises(ValueError, match="does not apply"):
+        reward_func(["q a"], ["q "], [""])
+
+
+# --- cohorts against the real route --------------------------------------------------------------
+
+
+def test_sample_reward_against_the_service_gets_each_member_its_group_reward(url: str):
+    """Three members sent by three threads, as three trainer workers would: one judging,
+    each its own reward (round robin of A, B, C in vote mode: hand-computed above)."""
+    fields = {"strategy": "round_robin", "mode": "vote", "seed": 31, "group_id": "client-1"}
+
+    def send(text: str):
+        with Client(url) as rm:
+            return rm.sample_reward(Q, text, 3, **fields)
+
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        out = list(pool.map(send, [C, A, B]))
+    assert [m.reward for m in out] == [ROUND_ROBIN[2], ROUND_ROBIN[0], ROUND_ROBIN[1]]
+    assert [m.cohort.index for m in out] == [2, 0, 1]
+    assert all(m.cohort.arrived == 3 and not m.cohort.cut for m in out)
+    assert all(m.cohort.group_id == "client-1" and not m.retried for m in out)
+    assert out[0].cohort.rewards == ROUND_ROBIN
+
+
+def test_verl_compute_score_with_a_group_size_gets_group_rewards_from_the_service(
+    vote_env: str, monkeypatch: pytest.MonkeyPatch
+):
+    from reflectrm.integrations.verl import compute_score
+
+    monkeypatch.setenv("REFLECTRM_GROUP_SIZE", "3")
+    monkeypatch.setenv("REFLECTRM_REWARD_STRATEGY", "round_robin")
+
+    async def main() -> list[dict]:
+        # verl's reward loop awaits one compute_score per sample, concurrently.
+        calls = [
+            compute_score("src", text, None, {"question": Q, "index": 12}) for text in (B, C, A)
+        ]
+        return list(await asyncio.gather(*calls))
+
+    out = asyncio.run(main())
+    assert [o["score"] for o in out] == [ROUND_ROBIN[1], ROUND_ROBIN[2], ROUND_ROBIN[0]]
+    assert all(o["judge_cohort_arrived"] == 3.0 and o["judge_cohort_cut"] == 0.0 for o in out)

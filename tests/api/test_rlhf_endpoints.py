@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
+import types
 from collections.abc import Iterator
 
 import httpx
@@ -411,6 +413,7 @@ def test_get_reward_judges_the_response_against_the_label(client: TestClient):
     assert logs["judge_reward_first_order"] == [0.875]
     assert logs["judge_reward_second_order"] == [0.375]
     assert logs["judge_consistent"] == [0.0]  # A won shown first, lost shown second
+    assert logs["judge_inconsistent"] == [1.0]
     assert logs["judge_no_verdict"] == [0.0]
     assert all(len(v) == 1 and isinstance(v[0], float) for v in logs.values())
 
@@ -478,6 +481,101 @@ def test_get_reward_reply_as_openrlhf_reads_it():
         info[key] = torch.tensor([value])
     assert info["reward"].item() == pytest.approx(0.625)
     assert info["judge_reward_first_order"].item() == pytest.approx(0.875)
+
+
+def test_get_reward_splits_a_query_whose_prompt_was_cut_from_the_left(client: TestClient):
+    """OpenRLHF cuts a prompt longer than max_length - max_tokens tokens from the left before
+    decoding prompt + response into `query`, and still sends the whole prompt: the query
+    starts with the end of the prompt (after a broken character, here U+FFFD)."""
+    long_prompt = "<|im_start|>user\n" + "Context sentence. " * 40 + "What is asked?<|im_end|>\n"
+    long_prompt += "<|im_start|>assistant\n"
+    kept = "\ufffd" + long_prompt[-120:]
+    body = {"query": [kept + A], "prompts": [long_prompt], "labels": [R]}
+    r = client.post("/get_reward?mode=vote&seed=3", json=body)
+    assert r.status_code == 200, r.text
+    # The same reward as the uncut query's (test_get_reward_judges_the_response_against_the_label
+    # with its prompt): A was told apart exactly.
+    uncut = {"query": [long_prompt + A], "prompts": [long_prompt], "labels": [R]}
+    assert (
+        r.json()["rewards"]
+        == client.post("/get_reward?mode=vote&seed=3", json=uncut).json()["rewards"]
+    )
+    assert r.json()["rewards"] == [0.625]
+    # Unrelated text is still refused, saying why.
+    bad = {"query": ["Something else, and a response."], "prompts": [long_prompt], "labels": [R]}
+    r = client.post("/get_reward", json=bad)
+    assert r.status_code == 422
+    assert "does not start with its `prompts` entry" in r.text
+
+
+def test_get_reward_debias_none_has_no_consistency_in_the_logs(client: TestClient):
+    r = client.post("/get_reward?mode=vote&seed=3&debias=none", json=openrlhf_payload(A))
+    assert r.status_code == 200, r.text
+    logs = r.json()["extra_logs"]
+    assert "judge_consistent" not in logs
+    assert "judge_inconsistent" not in logs
+    assert set(logs) == {
+        "judge_reward_first_order",
+        "judge_reward_second_order",
+        "judge_no_verdict",
+        "judge_generated_tokens",
+    }
+
+
+def openrlhf_executor(url: str, total_timeout_s: float):
+    """OpenRLHF 0.11.2's own remote-reward client (openrlhf/utils/agent.py, vendored in
+    tests/frameworks: `SingleTurnAgentExecutor._fetch_rewards_via_http`), its per-try total
+    timeout (180 s there) made ``total_timeout_s``."""
+    import aiohttp
+
+    from tests.frameworks import load_openrlhf_agent
+
+    agent = load_openrlhf_agent()
+    agent.aiohttp = types.SimpleNamespace(  # the module's `aiohttp`, read when the code runs
+        ClientTimeout=lambda total: aiohttp.ClientTimeout(total=total_timeout_s),
+        ClientSession=aiohttp.ClientSession,
+        ClientError=aiohttp.ClientError,
+    )
+    return agent.SingleTurnAgentExecutor(url)
+
+
+def test_an_openrlhf_retry_after_its_timeout_joins_the_first_try():
+    """Each try of OpenRLHF's client has a total timeout, then it sleeps 1 s and tries again,
+    five times. Here the timeout is 1 s and the judgment takes 2.5 s: the first try gives up
+    at 1 s, its retry arrives at about 2 s and joins the judgment still running (the service
+    keeps it REFLECTRM_RETRY_GRACE_S, 5 s, after the disconnect), and gets its answer: two
+    engine requests (the two orders of one judgment), not four."""
+    eng = engine(delay_s=2.5)
+    with served(eng, swap_check_fraction=0) as url:
+        executor = openrlhf_executor(f"{url}/get_reward?mode=vote&seed=3", 1.0)
+        payload = openrlhf_payload(A)
+        started = time.monotonic()
+        out = asyncio.run(
+            executor._fetch_rewards_via_http(
+                payload["query"], payload["prompts"], payload["labels"]
+            )
+        )
+        took = time.monotonic() - started
+    assert out[0]["rewards"] == [0.625]
+    assert len(eng.calls) == 2
+    assert took < 4.0
+
+
+def test_without_the_grace_every_openrlhf_retry_starts_over_and_the_reward_is_lost():
+    """The same with REFLECTRM_RETRY_GRACE_S=0: each try's judgment is aborted when it gives
+    up, each retry starts a new one that cannot finish within its timeout either, and after
+    five tries OpenRLHF gives up (it then logs the error and leaves the reward empty)."""
+    eng = engine(delay_s=2.5)
+    with served(eng, retry_grace_s=0.0, swap_check_fraction=0) as url:
+        executor = openrlhf_executor(f"{url}/get_reward?mode=vote&seed=3", 1.0)
+        payload = openrlhf_payload(A)
+        with pytest.raises(RuntimeError, match="5 times"):
+            asyncio.run(
+                executor._fetch_rewards_via_http(
+                    payload["query"], payload["prompts"], payload["labels"]
+                )
+            )
+    assert len(eng.calls) >= 8  # two orders for each of the five tries (some may be aborted)
 
 
 # --- admission under an RLHF burst -------------------------------------------------------------

@@ -349,14 +349,18 @@ def rewards_response(result: GroupResult) -> schemas.RewardsResponse:
 
 
 def openrlhf_response(results: list[GroupResult]) -> schemas.OpenRLHFResponse:
+    """OpenRLHF's reply. ``judge_consistent`` and ``judge_inconsistent`` (1.0 when the two
+    orders agreed, resp. disagreed; both 0.0 when that was not measured: an order without a
+    verdict, an empty response) are there only when both orders were judged (debias swap):
+    under ``debias=none`` consistency is not measured, and a 0.0 would read as "inconsistent".
+    The keys depend on the call's settings only, so every sample of a run has the same ones
+    (OpenRLHF concatenates them across samples)."""
     rewards: list[float] = []
-    logs: dict[str, list[float]] = {
-        "judge_reward_first_order": [],
-        "judge_reward_second_order": [],
-        "judge_consistent": [],
-        "judge_no_verdict": [],
-        "judge_generated_tokens": [],
-    }
+    swap = any(r.spec.debias == "swap" for r in results)
+    keys = ["judge_reward_first_order", "judge_reward_second_order"]
+    keys += ["judge_consistent", "judge_inconsistent"] if swap else []
+    keys += ["judge_no_verdict", "judge_generated_tokens"]
+    logs: dict[str, list[float]] = {key: [] for key in keys}
     for result in results:
         reward = result.rewards[0].reward
         number = NO_VERDICT_REWARD if reward is None else reward
@@ -366,8 +370,10 @@ def openrlhf_response(results: list[GroupResult]) -> schemas.OpenRLHFResponse:
         per_order = [s[0] for s in orders] + [number] * (2 - len(orders))
         logs["judge_reward_first_order"].append(per_order[0])
         logs["judge_reward_second_order"].append(per_order[1])
-        consistent = result.judged[0].answer.consistent if result.judged else None
-        logs["judge_consistent"].append(1.0 if consistent else 0.0)
+        if swap:
+            consistent = result.judged[0].answer.consistent if result.judged else None
+            logs["judge_consistent"].append(1.0 if consistent is True else 0.0)
+            logs["judge_inconsistent"].append(1.0 if consistent is False else 0.0)
         logs["judge_no_verdict"].append(1.0 if reward is None else 0.0)
         logs["judge_generated_tokens"].append(float(result.usage.generated_tokens))
     return schemas.OpenRLHFResponse(rewards=rewards, scores=rewards, extra_logs=logs)

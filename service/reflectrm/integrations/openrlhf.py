@@ -7,6 +7,13 @@ per call, right after the sample is generated; it reads ``rewards``, ``scores`` 
 ``POST /get_reward`` (with the client's retries), which answers OpenRLHF's HTTP protocol: with a
 URL instead of a file, OpenRLHF calls that endpoint directly.
 
+OpenRLHF's query is ``tokenizer.decode(prompt_ids + response_ids)`` with the prompt's tokens cut
+from the left when it is too long, so it need not start with the prompt text; the service tells
+the response apart all the same (``reflectrm.serving.samples.split_query``). Its HTTP client
+gives each try 180 s in all and tries five times, 1 s apart; a retry joins the judgment its
+first try started (the service keeps it ``REFLECTRM_RETRY_GRACE_S``, 5 s, after a disconnect),
+so the five tries together wait about 900 s for one judgment (see docs/rlhf.md).
+
 The file given to OpenRLHF can be one line::
 
     from reflectrm.integrations.openrlhf import reward_func  # noqa: F401
@@ -22,10 +29,14 @@ from reflectrm.integrations.common import RewardConfig, sync_client
 def reward_func(
     queries: list[str], prompts: list[str], labels: list[str], **kwargs: Any
 ) -> dict[str, Any]:
-    """Each query (prompt + response) judged against its label as the reference answer."""
+    """Each query (prompt + response) judged against its label as the reference answer; with
+    ``REFLECTRM_GROUP_SIZE`` set, against the other samples of its prompt instead (a cohort
+    keyed by the prompt; ``REFLECTRM_REWARD_STRATEGY`` picks the strategy), labels unused."""
     config = RewardConfig.from_env()
     body = {"query": list(queries), "prompts": list(prompts), "labels": list(labels)}
-    reply: dict[str, Any] = sync_client(config.url).post(
-        "/get_reward", body, params=config.judging_fields() or None
-    )
+    params = config.judging_fields()
+    if config.group_size is not None:
+        params = {**config.cohort_fields(), "group_size": config.group_size}
+        params.pop("cohort_timeout_s", None)  # not a /get_reward parameter
+    reply: dict[str, Any] = sync_client(config.url).post("/get_reward", body, params=params or None)
     return reply

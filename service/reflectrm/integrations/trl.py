@@ -9,8 +9,10 @@ logged as NaN). Each process scores only its own slice of the batch, so a prompt
 
 - ``strategy="reference"`` (default): each completion against the reference answer in the
   dataset column ``reference_column``; completions of one prompt go in one call.
-- ``strategy="pivot"`` or ``"round_robin"``: the completions of each prompt present in the
-  slice are judged as a group; a prompt with a single completion in the slice gets None.
+- ``strategy`` ``"pivot"``, ``"round_robin"``, ``"knockout"``, ``"circular"`` or ``"swiss"``:
+  the completions of each prompt present in the slice are judged as a group; a prompt with a
+  single completion in the slice gets None. A completion none of whose comparisons had a
+  verdict gets None too (TRL logs it as NaN and leaves it out).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from reflectrm.integrations.common import (
     conversation_from_prompt,
     text_of,
 )
+from reflectrm.judging.groups import STRATEGIES
 
 
 def completion_text(completion: Any) -> str:
@@ -49,8 +52,8 @@ class ReflectRMReward:
         max_tokens: int | None = None,
         seed: int | None = None,
     ) -> None:
-        if strategy not in ("reference", "pivot", "round_robin"):
-            raise ValueError("strategy must be 'reference', 'pivot' or 'round_robin'")
+        if strategy not in STRATEGIES:
+            raise ValueError(f"strategy must be one of {', '.join(map(repr, STRATEGIES))}")
         env = RewardConfig.from_env()
         self.config = RewardConfig(
             url=url or env.url,

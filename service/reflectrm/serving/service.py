@@ -42,6 +42,7 @@ from reflectrm.serving.errors import (
     outcome_of,
 )
 from reflectrm.serving.reuse import How, Reuse
+from reflectrm.serving.samples import split_query
 from reflectrm.serving.swap_checks import SwapChecker, swap_result
 from reflectrm.serving.types import (
     BatchResult,
@@ -507,16 +508,18 @@ class JudgingService:
 
     @staticmethod
     def _sample_response(k: int, sample: SampleAsk) -> str:
-        """The response of a sample: its query after its prompt."""
+        """The response of a sample: its query after its prompt (``serving.samples``)."""
         prompt = sample.prompt
-        if not sample.query.startswith(prompt):
+        response = split_query(sample.query, prompt)
+        if response is None:
             raise InvalidRequestError(
-                f"sample {k}: `query` does not start with its `prompts` entry, so the "
-                "response cannot be told apart; send query = prompt + response"
+                f"sample {k}: `query` does not start with its `prompts` entry (nor with the "
+                "end of it, as a prompt cut from the left leaves), so the response cannot be "
+                "told apart; send query = prompt + response"
             )
         if not prompt.strip():
             raise InvalidRequestError(f"sample {k}: the prompt is empty")
-        return sample.query[len(prompt) :]
+        return response
 
     # --- running judgments ------------------------------------------------------------------
 
