@@ -317,3 +317,25 @@ def test_a_pair_over_the_context_is_vllms_400_that_gym_reads_as_a_length_cut():
     # becomes an empty completion with finish_reason "length" rather than an error.
     assert "context length" in detail
     assert "max_tokens" in detail
+
+
+def test_options_reach_the_judgment():
+    eng = engine()
+    options = {"mode": "reflect", "debias": "none", "num_candidates": 4, "max_tokens": 64}
+    with TestClient(create_app(Settings(), engine=eng)) as c:
+        r = c.post("/v1/chat/completions", json=gym_body(USER, A, B, reflectrm=options))
+    assert r.status_code == 200, r.text
+    own = r.json()["reflectrm"]
+    assert (own["mode"], own["debias"], own["orders"]) == ("reflect", "none", None)
+    stage1 = [spec for text, spec in eng.calls if "# Critiques for Judgment" not in text]
+    assert [(s.n, s.max_tokens) for s in stage1] == [(4, 64)]  # one order, as sent
+
+
+def test_one_order_without_a_verdict_is_no_verdict():
+    silent = ScriptedEngine(stage1=[judgment(None)] * 8)
+    with TestClient(create_app(Settings(), engine=silent)) as c:
+        reply = c.post(
+            "/v1/chat/completions", json=gym_body(USER, A, B, reflectrm={"debias": "none"})
+        ).json()
+    assert parsed(reply) is None
+    assert reply["reflectrm"]["no_verdict"] is True
