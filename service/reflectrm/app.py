@@ -14,6 +14,7 @@ from reflectrm.api import errors
 from reflectrm.api.access import AccessLog
 from reflectrm.api.auth import ApiKeyAuth, load_keys
 from reflectrm.api.body import BodyLimit
+from reflectrm.api.nemo_gym import router as nemo_gym_router
 from reflectrm.api.routes import router
 from reflectrm.engines import open_engine
 from reflectrm.engines.base import Engine
@@ -89,6 +90,7 @@ def create_app(
     app.state.reflectrm = service
     app.state.lifecycle = lifecycle
     app.include_router(router)
+    app.include_router(nemo_gym_router)  # NeMo Gym's GenRM judge (GENRM_BASE_URL)
     errors.install(app)
     # Outermost last: the access log sees every request (401 and 413 too), authentication
     # comes before any body is read, and the body is bounded before the routes parse it.
