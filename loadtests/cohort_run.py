@@ -223,8 +223,11 @@ async def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
         "call_seconds": latency_summary(c["seconds"] for c in calls if c["status"] == 200),
         "per_reward": {
             "judgments": round(
-                diff.get("reflectrm_judgments_per_reward_ratio_sum", 0.0)
-                / max(1.0, diff.get("reflectrm_judgments_per_reward_ratio_count", 0.0)),
+                sum(by_label(diff, "reflectrm_judgments_per_reward_ratio_sum", "").values())
+                / max(
+                    1.0,
+                    sum(by_label(diff, "reflectrm_judgments_per_reward_ratio_count", "").values()),
+                ),
                 3,
             ),
             "engine_requests": round(
