@@ -283,6 +283,27 @@ def test_a_member_asking_other_terms_than_its_open_cohort_is_refused():
     assert [r.json()["reward"] for r in rest] == [ROUND_ROBIN[B], ROUND_ROBIN[C]]
 
 
+def test_a_named_group_takes_members_of_one_conversation_only():
+    with served(engine(), swap_check_fraction=0) as url:
+
+        async def run() -> tuple[httpx.Response, list[httpx.Response]]:
+            async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+                named = {"group_id": "g", "group_size": 2}
+                first = asyncio.create_task(
+                    http.post("/v1/rewards/sample", json=member(A, **named))
+                )
+                await asyncio.sleep(0.2)
+                other = {**member(B, **named), "prompt": "Something else?"}
+                odd = await http.post("/v1/rewards/sample", json=other)
+                last = await http.post("/v1/rewards/sample", json=member(B, **named))
+                return odd, [await first, last]
+
+        odd, answered = asyncio.run(run())
+    assert odd.status_code == 422
+    assert "open for another conversation" in odd.json()["detail"]
+    assert [r.status_code for r in answered] == [200, 200]
+
+
 def test_open_cohorts_are_bounded_with_a_429_that_names_the_bound():
     with served(engine(), swap_check_fraction=0, max_cohorts=2) as url:
 

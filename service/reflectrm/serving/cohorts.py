@@ -168,6 +168,11 @@ class Cohorts:
                 f"group {group_id!r} is open with {_terms_text(opened.terms)}; this call asks "
                 f"for {_terms_text(terms)}: every member of a group must ask the same"
             )
+        elif opened.payload != payload:
+            raise InvalidRequestError(
+                f"group {group_id!r} is open for another conversation: every member of a group "
+                "answers the same conversation (or give each conversation its own group_id)"
+            )
         member = Member(text, self._clock())
         opened.members.append(member)
         if len(opened.members) >= terms.group_size:
