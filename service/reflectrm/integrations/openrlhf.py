@@ -29,14 +29,22 @@ from reflectrm.integrations.common import RewardConfig, sync_client
 def reward_func(
     queries: list[str], prompts: list[str], labels: list[str], **kwargs: Any
 ) -> dict[str, Any]:
-    """Each query (prompt + response) judged against its label as the reference answer; with
-    ``REFLECTRM_GROUP_SIZE`` set, against the other samples of its prompt instead (a cohort
-    keyed by the prompt; ``REFLECTRM_REWARD_STRATEGY`` picks the strategy), labels unused."""
+    """Each query (prompt + response) judged against its label as the reference answer.
+
+    Not for cohorts: OpenRLHF runs this function in its event loop's default thread pool (32
+    threads at most), and cohort members block their threads until their groups are whole, so
+    the pool fills with members of different prompts that wait for each other until the cohort
+    timeout cuts them all. Cohorts go through the URL (``--reward.remote_url
+    http://host:8000/get_reward?group_size=N``), where every call is a request of its own."""
     config = RewardConfig.from_env()
+    if config.group_size is not None:
+        raise ValueError(
+            "REFLECTRM_GROUP_SIZE is set, but OpenRLHF's reward_func runs in a thread pool of at "
+            "most 32 threads, which cohort members waiting for each other fill: give OpenRLHF "
+            "the URL instead, --reward.remote_url "
+            f"'{config.url}/get_reward?group_size={config.group_size}&strategy=knockout'"
+        )
     body = {"query": list(queries), "prompts": list(prompts), "labels": list(labels)}
     params = config.judging_fields()
-    if config.group_size is not None:
-        params = {**config.cohort_fields(), "group_size": config.group_size}
-        params.pop("cohort_timeout_s", None)  # not a /get_reward parameter
     reply: dict[str, Any] = sync_client(config.url).post("/get_reward", body, params=params or None)
     return reply

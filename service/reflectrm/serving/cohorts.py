@@ -92,13 +92,15 @@ class Cohort:
         return self.how == "cut"
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False)
 class Seat:
-    """A caller's place in a cohort: the member whose reward it waits for."""
+    """A caller's place in a cohort: the member whose reward it waits for. Every seat is
+    either waited for (``Cohorts.wait``) or given up (``Cohorts.leave``), once."""
 
     cohort: Cohort
     member: Member
     adopted: bool  # a retry that took over a member whose caller had gone
+    done: bool = False
 
 
 # The judging of a closed cohort: its result, which every member's reply is built from.
@@ -125,6 +127,7 @@ class Cohorts:
         # Closed cohorts still being judged, and answered ones with unanswered members.
         self._closed: dict[Hashable, list[Cohort]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._refusing: str | None = None  # why no member is taken any more (stopping)
 
     @property
     def open(self) -> int:
@@ -143,8 +146,10 @@ class Cohorts:
         """The caller's member: an adopted one (a retry), a new one in the open cohort, or the
         first of a new cohort. Raises InvalidRequestError when the open cohort was opened with
         other terms, OverloadedError when ``max_open`` cohorts are open."""
+        if self._refusing is not None:
+            raise ClosedError(self._refusing)
         self._forget_expired()
-        adopted = self._adoptable(key, text)
+        adopted = self._adoptable(key, terms, payload, text)
         if adopted is not None:
             cohort, member = adopted
             member.waiters += 1
@@ -179,12 +184,17 @@ class Cohorts:
             self._close(opened, "full")
         return Seat(opened, member, adopted=False)
 
-    def _adoptable(self, key: Hashable, text: str) -> tuple[Cohort, Member] | None:
-        """A member with this text whose caller has gone, newest cohort first."""
+    def _adoptable(
+        self, key: Hashable, terms: CohortTerms, payload: Any, text: str
+    ) -> tuple[Cohort, Member] | None:
+        """A member with this text whose caller has gone, in a cohort of the same terms and
+        content, newest cohort first."""
         cohorts = list(self._closed.get(key, ()))
         if key in self._open:
             cohorts.append(self._open[key])
         for cohort in reversed(cohorts):
+            if cohort.terms != terms or cohort.payload != payload:
+                continue
             for member in cohort.members:
                 if member.text == text and member.waiters == 0 and not member.answered:
                     return cohort, member
@@ -195,6 +205,9 @@ class Cohorts:
     async def wait(self, seat: Seat, is_disconnected: Callable[[], Awaitable[bool]]) -> Any:
         """The cohort's result, once judged. A caller that goes away leaves its member to a
         retry (ClientGoneError); a failed judging raises its error to every member."""
+        if seat.done:
+            raise RuntimeError("a seat is waited for once")
+        seat.done = True
         try:
             result = await until_disconnected(
                 _shielded(seat.cohort.result), is_disconnected, poll_s=self.poll_s
@@ -205,6 +218,36 @@ class Cohorts:
         if all(m.answered for m in seat.cohort.members):
             self._drop(seat.cohort)  # every member answered: nothing left for a retry
         return result
+
+    def leave(self, seat: Seat) -> None:
+        """Give up a seat that will not be waited for (its call failed before it could wait):
+        a new member leaves its cohort if it is still open; an adopted one is left for the
+        next retry."""
+        if seat.done:
+            return
+        seat.done = True
+        seat.member.waiters -= 1
+        cohort = seat.cohort
+        if not seat.adopted and cohort.closed_at is None and seat.member in cohort.members:
+            cohort.members.remove(seat.member)
+            if not cohort.members:
+                if cohort.timer is not None:
+                    cohort.timer.cancel()
+                self._open.pop(cohort.key, None)
+                cohort.result.cancel()
+
+    def refuse(self, reason: str) -> None:
+        """Stop taking members (the service is stopping or lost its engine): open cohorts are
+        not judged and their callers get ClosedError (503, retry elsewhere) now; cohorts being
+        judged finish or fail with their judgments."""
+        self._refusing = reason
+        for cohort in list(self._open.values()):
+            if cohort.timer is not None:
+                cohort.timer.cancel()
+            self._open.pop(cohort.key, None)
+            cohort.closed_at = self._clock()
+            if not cohort.result.done():
+                cohort.result.set_exception(ClosedError(reason))
 
     # --- closing and judging ------------------------------------------------------------------
 
@@ -268,11 +311,7 @@ class Cohorts:
     async def close(self) -> None:
         """Stop: open cohorts are not judged and the judging of closed ones is cancelled; their
         callers get ClosedError (503, retry elsewhere)."""
-        for cohort in list(self._open.values()):
-            if cohort.timer is not None:
-                cohort.timer.cancel()
-            self._open.pop(cohort.key, None)
-            cohort.result.set_exception(ClosedError(STOPPING))
+        self.refuse(self._refusing or STOPPING)
         for task in list(self._tasks):
             task.cancel()
         for task in list(self._tasks):

@@ -84,6 +84,7 @@ class Lifecycle:
             return
         self.failed = reason
         self.service.stop_serving(reason)
+        self.service.cohorts.refuse(reason)
         aborted = self.service.admission.abort(reason)
         exiting = self.service.settings.exit_on_engine_failure
         log.error(
@@ -115,6 +116,9 @@ class Lifecycle:
         grace = service.settings.shutdown_grace_s
         service.stop_serving(STOPPING)
         service.admission.close(STOPPING)
+        # Members waiting for their cohorts hold no slot: answer them now (503), not when the
+        # server's graceful timeout cancels their handlers.
+        service.cohorts.refuse(STOPPING)
         log.info(
             "draining: /ready and new judgments answer 503; %d judgment(s) in flight get up "
             "to %g s (REFLECTRM_SHUTDOWN_GRACE_S)",

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 MIN_OVERLAP = 16  # non-space characters of the prompt that must start the query
 MAX_JUNK = 4  # characters before them that may be left of a cut character
+MAX_TRIES = 32  # places in the prompt where the query's start is tried, per offset
 
 
 def _squeezed(text: str) -> tuple[str, list[int]]:
@@ -44,7 +45,12 @@ def _overlap(prompt: str, query: str, start: int) -> int:
     if len(probe) < MIN_OVERLAP:
         return 0
     at = prompt.find(probe, 1)
-    while at != -1:  # the first (leftmost) match that holds to the prompt's end is the longest
+    # The first (leftmost) match that holds to the prompt's end is the longest. Each try is a
+    # comparison as long as the prompt: a prompt that repeats the probe many times (no real
+    # one does) is given up after MAX_TRIES, so no body can make this quadratic.
+    for _ in range(MAX_TRIES):
+        if at == -1:
+            break
         if query.startswith(prompt[at:], start):
             return len(prompt) - at
         at = prompt.find(probe, at + 1)

@@ -118,7 +118,13 @@ class JudgingService:
         # Members left unanswered (their callers gone) keep their reward as long as the cache
         # keeps answers, for the trainer's retry.
         self.cohorts = Cohorts(
-            s.max_cohorts, s.result_cache_ttl_s, self._judge_cohort, on_close=self._cohort_closed
+            s.max_cohorts,
+            s.result_cache_ttl_s,
+            self._judge_cohort,
+            on_close=self._cohort_closed,
+            # A caller gone is noticed within 0.25 s, before a retry (OpenRLHF waits 1 s) comes
+            # to take its member over.
+            poll_s=0.25,
         )
         self.metrics.track_cohorts(lambda: self.cohorts.open)
         self.swap_checks = SwapChecker(
@@ -271,8 +277,17 @@ class JudgingService:
                 )
                 for k, sample in enumerate(samples)
             ]
-            seats = [self._seat(call, ask) for ask in asks]
-            results = await gather_all([self._member(judge, call, seat) for seat in seats])
+            seats: list[Seat] = []
+            try:
+                for ask in asks:
+                    seats.append(self._seat(call, ask))
+                results = await gather_all([self._member(judge, call, seat) for seat in seats])
+            except BaseException:
+                # Seats not waited for (a later sample refused, or the call cancelled first)
+                # leave their cohorts, so a retry of the call joins them afresh.
+                for seat in seats:
+                    self.cohorts.leave(seat)
+                raise
             for result in results:
                 self._record_member(call, result)
         return results
