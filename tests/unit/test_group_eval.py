@@ -9,7 +9,6 @@ import json
 import math
 import re
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -35,7 +34,6 @@ from reflectrm.evaluation.group_run import (
     pooled_rewards,
     run_group_units,
 )
-from reflectrm.evaluation.records import Writer
 from reflectrm.judging.groups import STRATEGIES
 from reflectrm.judging.judge import Judge
 from reflectrm.judging.types import Message
@@ -70,7 +68,7 @@ def test_kendall_tau_b_with_ties_on_both_sides():
     assert kendall_tau_b([0.8, 0.8, 0.3, 0.9], [0, 0, 1, 1]) == 0.0
     # Rewards all equal: no ranking given, tau 0.
     assert kendall_tau_b([0.5, 0.5, 0.5], [0, 1, 1]) == 0.0
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="ties every"):
         kendall_tau_b([0.1, 0.2], [0, 0])
 
 
@@ -170,8 +168,13 @@ def test_rmbench_items_become_groups_of_three_chosen_and_three_rejected(tmp_path
 def test_group_schema_and_rmb_layout(tmp_path):
     rows = [
         {"id": "a", "prompt": "p", "completions": ["x", "y", "z"], "best": 2},
-        {"id": "b", "messages": [{"role": "user", "content": "q"}], "completions": ["1", "2"],
-         "ranks": [1, 0], "subset": "s"},
+        {
+            "id": "b",
+            "messages": [{"role": "user", "content": "q"}],
+            "completions": ["1", "2"],
+            "ranks": [1, 0],
+            "subset": "s",
+        },
     ]
     path = tmp_path / "mine.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in rows))
@@ -198,7 +201,11 @@ def test_group_schema_and_rmb_layout(tmp_path):
         )
     )
     (g,) = read_groups(rmb)
-    assert (g.completions, g.ranks, g.meta["goal"]) == (("best", "l1", "l2"), (0, 1, 1), "Helpfulness")
+    assert (g.completions, g.ranks, g.meta["goal"]) == (
+        ("best", "l1", "l2"),
+        (0, 1, 1),
+        "Helpfulness",
+    )
 
 
 def test_samples_nest():
@@ -210,7 +217,7 @@ def test_samples_nest():
 
 @pytest.mark.skipif(not (SHARED_DATA / "benchmarks").is_dir(), reason="no shared data")
 def test_the_shared_rmbench_file_regroups_into_items():
-    source, groups = load_groups("rm-bench", SHARED_DATA)
+    _, groups = load_groups("rm-bench", SHARED_DATA)
     assert len(groups) == 798
     assert all(g.ranks == (0, 0, 0, 1, 1, 1) and len(g.cells) == 9 for g in groups)
 
@@ -313,8 +320,12 @@ def test_pooled_round_robin_is_the_served_round_robin(bias):
 
 def test_command_pooled_then_direct_resumes_and_reports(tmp_path, monkeypatch):
     rows = [
-        {"id": f"g{k}", "prompt": f"question {k}", "completions": [f"x [q={q}] {k}" for q in qs],
-         "best": qs.index(max(qs))}
+        {
+            "id": f"g{k}",
+            "prompt": f"question {k}",
+            "completions": [f"x [q={q}] {k}" for q in qs],
+            "best": qs.index(max(qs)),
+        }
         for k, qs in enumerate([[1, 3, 2], [5, 4, 1, 2], [2, 1]])
     ]
     data = tmp_path / "mine.jsonl.gz"
@@ -335,13 +346,13 @@ def test_command_pooled_then_direct_resumes_and_reports(tmp_path, monkeypatch):
     argv += ["--max-tokens", "64", "--out-dir", str(out), "--no-progress", "--bootstrap", "50"]
     argv += ["--model", str(tmp_path)]
     assert cli.main(argv) == 0
-    runs, recs = load_rows(out / "group-results.jsonl")
+    _, recs = load_rows(out / "group-results.jsonl")
     assert len(recs) == (3 + 6 + 1) * 2
     first = engine.requests
     assert cli.main(argv) == 0  # resumes: nothing left to judge
     assert engine.requests == first
     assert cli.main([*argv, "--direct", "--design", "knockout", "--design", "round_robin"]) == 0
-    runs, recs = load_rows(out / "group-results.jsonl")
+    _, recs = load_rows(out / "group-results.jsonl")
     assert sum(k[0] == "group" for k in recs) == 3 * 2 * 2
     report = json.loads((out / "group-report.json").read_text())
     assert report["groups"] == {"pooled": 3, "direct": 3}
@@ -365,9 +376,19 @@ def test_report_rows_for_rmbench_groups():
     for u in pool_plan([g], 0):
         pool[(u.a, u.b, u.first)] = PoolJudgment("verdict", 1, (1.0, 0.0), 10, 5, 1)
     rows = {
-        ("pool", g.id, a, b, f): {"type": "pool", "group_id": g.id, "a": a, "b": b, "first": f,
-                                 "status": "verdict", "winner": 1, "scores": [1.0, 0.0],
-                                 "prompt_tokens": 10, "generated_tokens": 5, "engine_requests": 1}
+        ("pool", g.id, a, b, f): {
+            "type": "pool",
+            "group_id": g.id,
+            "a": a,
+            "b": b,
+            "first": f,
+            "status": "verdict",
+            "winner": 1,
+            "scores": [1.0, 0.0],
+            "prompt_tokens": 10,
+            "generated_tokens": 5,
+            "engine_requests": 1,
+        }
         for (a, b, f) in pool
     }
     built = group_report.build([g], [{"type": "run", "seed": 0}], rows, seed=0, resamples=20)
@@ -380,4 +401,3 @@ def test_report_rows_for_rmbench_groups():
     assert swap["judgments"]["value"] == 30
     assert built["pool"]["first_position_rate"] == 100.0
     assert built["pool"]["consistent_rate"] == 0.0
-    assert Path  # noqa: B018

@@ -34,6 +34,11 @@ GROUP_MODES = ("single", "vote", "reflect")
 GROUP_FINGERPRINT = (*records.FINGERPRINT_KEYS, "mode")
 
 
+def _say(*parts: object, file: Any = None) -> None:
+    """A line for the user (stderr unless told): what the command prints is its output."""
+    (file or sys.stderr).write(" ".join(map(str, parts)) + "\n")
+
+
 def configure(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group(
         "group rewards (--groups)",
@@ -67,7 +72,9 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 def _designs(args: argparse.Namespace) -> list[Strategy]:
     chosen = args.design or ["all"]
-    return list(STRATEGIES) if "all" in chosen else cast(list[Strategy], list(dict.fromkeys(chosen)))
+    return (
+        list(STRATEGIES) if "all" in chosen else cast(list[Strategy], list(dict.fromkeys(chosen)))
+    )
 
 
 def _debiases(args: argparse.Namespace) -> list[Debias]:
@@ -85,14 +92,17 @@ def load_all(args: argparse.Namespace) -> tuple[dict[str, Any], list[Group]]:
     specs = args.dataset or ["rm-bench"]
     limit = None
     for value in args.limit or []:
-        name, sep, number = value.rpartition("=")
-        limit = int(number)
+        limit = int(value.rpartition("=")[2])
     sources: dict[str, Any] = {}
     groups: list[Group] = []
     for spec in specs:
         source, loaded = load_groups(spec, args.data_dir)
         drawn = sample_groups(loaded, limit, args.sample_seed)
-        sources[loaded[0].benchmark] = {"source": source, "groups": len(loaded), "sampled": len(drawn)}
+        sources[loaded[0].benchmark] = {
+            "source": source,
+            "groups": len(loaded),
+            "sampled": len(drawn),
+        }
         groups += drawn
     return sources, groups
 
@@ -110,11 +120,13 @@ def run(args: argparse.Namespace) -> int:
             try:
                 judge_groups(args, path, sources, groups)
             except KeyboardInterrupt:
-                print(f"\ninterrupted: records are saved in {path}; rerun to resume", file=sys.stderr)
+                _say(
+                    f"\ninterrupted: records are saved in {path}; rerun to resume", file=sys.stderr
+                )
                 return 130
         return write_report(path, out_dir, groups, args)
     except (DatasetError, ValueError, ServiceRefusedError) as exc:
-        print(f"reflectrm eval: {exc}", file=sys.stderr)
+        _say(f"reflectrm eval: {exc}")
         return 2
 
 
@@ -123,15 +135,15 @@ def write_report(path: Path, out_dir: Path, groups: list[Group], args: argparse.
 
     runs, rows = load_rows(path)
     if not rows:
-        print(f"reflectrm eval: no group records in {path}", file=sys.stderr)
+        _say(f"reflectrm eval: no group records in {path}")
         return 1
-    seed = next((r.get("seed") for r in runs if r.get("type") == "run"), args.seed)
+    seed = int(next((r["seed"] for r in runs if r.get("type") == "run"), args.seed))
     built = group_report.build(groups, runs, rows, seed, args.bootstrap, 0)
     built["results_file"] = str(path)
     paths = group_report.write(built, out_dir)
-    print(group_report.markdown(built))
+    _say(group_report.markdown(built), file=sys.stdout)
     for kind, p in paths.items():
-        print(f"{kind}: {p}")
+        _say(f"{kind}: {p}", file=sys.stdout)
     return 0
 
 
@@ -169,10 +181,14 @@ def judge_groups(
     )
     designs, debiases = _designs(args), _debiases(args)
     units: list[Unit] = (
-        list(design_plan(groups, designs, debiases)) if args.direct else list(pool_plan(groups, gs.seed))
+        list(design_plan(groups, designs, debiases))
+        if args.direct
+        else list(pool_plan(groups, gs.seed))
     )
     if not args.direct and "reference" in designs and len(designs) == 1:
-        raise ValueError("strategy reference is scored with --direct only (the pool holds completion pairs)")
+        raise ValueError(
+            "strategy reference is scored with --direct only (the pool holds completion pairs)"
+        )
     runs, rows = load_rows(path)
     todo = pending(units, rows)
     header: dict[str, Any] = {
@@ -192,7 +208,7 @@ def judge_groups(
         "concurrency": args.concurrency,
     }
     kind = "designs served" if args.direct else "pool judgments"
-    print(
+    _say(
         f"{len(units)} {kind} planned for {len(groups)} groups; {len(units) - len(todo)} "
         f"already in {path}; {len(todo)} to do",
         file=sys.stderr,
@@ -231,9 +247,8 @@ def _finish(writer: records.Writer, counts: Any, work: Any = None) -> None:
         row["engine_work"] = work.as_dict()
     writer.write(row)
     if counts.retry_later:
-        print(
+        _say(
             f"{counts.retry_later} failed transiently and were not recorded; rerun to retry",
-            file=sys.stderr,
         )
 
 

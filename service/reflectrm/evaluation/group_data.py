@@ -138,7 +138,9 @@ def schema_group(row: Mapping[str, Any], where: str, benchmark: str) -> Group:
     if not isinstance(completions, list):
         raise DatasetError(f"{where}: `completions` must be a list of strings")
     if ("best" in row) == ("ranks" in row):
-        raise DatasetError(f"{where}: give either `best` (an index) or `ranks` (one per completion)")
+        raise DatasetError(
+            f"{where}: give either `best` (an index) or `ranks` (one per completion)"
+        )
     if "best" in row:
         best = row["best"]
         if not isinstance(best, int) or not 0 <= best < len(completions):

@@ -46,7 +46,7 @@ from reflectrm.evaluation.group_run import (
 from reflectrm.evaluation.names import DISPLAY_NAMES, RMBENCH
 from reflectrm.evaluation.scoring import Item, interval, score
 from reflectrm.judging.debias import Debias
-from reflectrm.judging.groups import NO_VERDICT_REWARD, STRATEGIES, CompletionReward, Strategy
+from reflectrm.judging.groups import NO_VERDICT_REWARD, STRATEGIES, Strategy
 
 log = logging.getLogger(__name__)
 
@@ -287,70 +287,20 @@ def build(
         "rows": {},
     }
     report["settings"].pop("type", None)
-    # Every row is scored over the groups it has; rows are compared over the groups both have.
     for source in ("pooled", "direct"):
         rows_here = {r: v for r, v in by_row.items() if r[0] == source}
         if not rows_here:
             continue
+        # A source's rows are scored over the groups every one of them has (paired).
         ids = [g.id for g in groups if all(g.id in v for v in rows_here.values())]
         report["groups"][source] = len(ids)
-        if not ids:
-            continue
-        series: dict[str, list[float]] = {}
-        cells: dict[str, list[list[Item]]] = {}
-        for row, per in rows_here.items():
-            name = row_name(row)
-            for metric in ("best_of_n", "kendall_tau", "all_above"):
-                series[f"{name}|{metric}"] = [per[i].metrics[metric] for i in ids]
-            for w in WORK:
-                series[f"{name}|{w}"] = [getattr(per[i].work, w) for i in ids]
-            series[f"{name}|no_verdict"] = [per[i].no_verdict for i in ids]
-            if all(per[i].items for i in ids):
-                cells[name] = [per[i].items for i in ids]
-        boots = group_bootstrap(series, resamples, boot_seed)
-        rm_boots = rmbench_bootstrap(cells, resamples, boot_seed)
-        by_id = {g.id: g for g in groups}
-        chance_rows = [chance(by_id[i]) for i in ids]
-        report.setdefault("chance", {})[source] = {
-            k: _num(statistics.fmean(c[k] for c in chance_rows)) for k in chance_rows[0]
-        } | ({"rmbench_accuracy": 50.0} if cells else {})
-        for row, per in sorted(rows_here.items(), key=lambda rv: _order(rv[0])):
-            name = row_name(row)
-            base = row_name((source, BASELINE, row[2]))
-            entry: dict[str, Any] = {
-                "source": source,
-                "strategy": row[1],
-                "debias": row[2],
-                "groups": len(ids),
-            }
-            for metric in ("best_of_n", "kendall_tau", "all_above", *WORK, "no_verdict"):
-                key = f"{name}|{metric}"
-                cell: dict[str, Any] = {
-                    "value": _num(statistics.fmean(series[key])),
-                    "ci95": _ci(boots[key]),
-                }
-                if metric in ("best_of_n", "kendall_tau", "all_above") and name != base:
-                    bkey = f"{base}|{metric}"
-                    if bkey in boots:
-                        cell["delta_vs_round_robin"] = {
-                            "value": _num(statistics.fmean(series[key]) - statistics.fmean(series[bkey])),
-                            "ci95_paired": _ci(boots[key] - boots[bkey]),
-                        }
-                entry[metric] = cell
-            if name in cells:
-                official = score(RMBENCH, [it for g in cells[name] for it in g])
-                entry["rmbench_accuracy"] = {
-                    "value": _num(official.value, 2),
-                    "ci95": _ci(rm_boots[name], 2),
-                    "details": {k: _num(v, 2) for k, v in sorted(official.details.items())},
-                }
-                if name != base and base in rm_boots:
-                    base_value = score(RMBENCH, [it for g in cells[base] for it in g]).value
-                    entry["rmbench_accuracy"]["delta_vs_round_robin"] = {
-                        "value": _num(official.value - base_value, 2),
-                        "ci95_paired": _ci(rm_boots[name] - rm_boots[base], 2),
-                    }
-            report["rows"][name] = entry
+        if ids:
+            by_id = {g.id: g for g in groups}
+            entries, chances = _score_source(
+                rows_here, [by_id[i] for i in ids], resamples, boot_seed
+            )
+            report["rows"].update(entries)
+            report.setdefault("chance", {})[source] = chances
     if pooled_ids:
         report["pool"] = pool_summary([r for k, r in rows.items() if k[0] == "pool"])
     report["benchmarks"] = sorted({g.benchmark for g in groups})
@@ -358,9 +308,87 @@ def build(
     return report
 
 
+GROUP_METRICS = ("best_of_n", "kendall_tau", "all_above")
+
+
+def _score_source(
+    rows_here: Mapping[Row, Mapping[str, Scored]],
+    groups: Sequence[Group],
+    resamples: int,
+    boot_seed: int,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The rows of one source over the same groups: values, intervals, paired differences to
+    round robin; and what chance scores on those groups."""
+    ids = [g.id for g in groups]
+    series: dict[str, list[float]] = {}
+    cells: dict[str, list[list[Item]]] = {}
+    for row, per in rows_here.items():
+        name = row_name(row)
+        for metric in GROUP_METRICS:
+            series[f"{name}|{metric}"] = [per[i].metrics[metric] for i in ids]
+        for w in WORK:
+            series[f"{name}|{w}"] = [getattr(per[i].work, w) for i in ids]
+        series[f"{name}|no_verdict"] = [per[i].no_verdict for i in ids]
+        if all(per[i].items for i in ids):
+            cells[name] = [per[i].items for i in ids]
+    boots = group_bootstrap(series, resamples, boot_seed)
+    rm_boots = rmbench_bootstrap(cells, resamples, boot_seed)
+    chance_rows = [chance(g) for g in groups]
+    chances: dict[str, Any] = {
+        k: _num(statistics.fmean(c[k] for c in chance_rows)) for k in chance_rows[0]
+    }
+    if cells:
+        chances["rmbench_accuracy"] = 50.0
+    entries: dict[str, Any] = {}
+    for row in sorted(rows_here, key=_order):
+        name = row_name(row)
+        base = row_name((row[0], BASELINE, row[2]))
+        entry: dict[str, Any] = {
+            "source": row[0],
+            "strategy": row[1],
+            "debias": row[2],
+            "groups": len(ids),
+        }
+        for metric in (*GROUP_METRICS, *WORK, "no_verdict"):
+            key, bkey = f"{name}|{metric}", f"{base}|{metric}"
+            value = statistics.fmean(series[key])
+            cell: dict[str, Any] = {"value": _num(value), "ci95": _ci(boots[key])}
+            if metric in GROUP_METRICS and name != base and bkey in boots:
+                cell["delta_vs_round_robin"] = {
+                    "value": _num(value - statistics.fmean(series[bkey])),
+                    "ci95_paired": _ci(boots[key] - boots[bkey]),
+                }
+            entry[metric] = cell
+        if name in cells:
+            entry["rmbench_accuracy"] = _rmbench_cell(name, base, cells, rm_boots)
+        entries[name] = entry
+    return entries, chances
+
+
+def _rmbench_cell(
+    name: str,
+    base: str,
+    cells: Mapping[str, list[list[Item]]],
+    rm_boots: Mapping[str, np.ndarray],
+) -> dict[str, Any]:
+    official = score(RMBENCH, [it for g in cells[name] for it in g])
+    cell: dict[str, Any] = {
+        "value": _num(official.value, 2),
+        "ci95": _ci(rm_boots[name], 2),
+        "details": {k: _num(v, 2) for k, v in sorted(official.details.items())},
+    }
+    if name != base and base in rm_boots:
+        base_value = score(RMBENCH, [it for g in cells[base] for it in g]).value
+        cell["delta_vs_round_robin"] = {
+            "value": _num(official.value - base_value, 2),
+            "ci95_paired": _ci(rm_boots[name] - rm_boots[base], 2),
+        }
+    return cell
+
+
 def _order(row: Row) -> tuple[int, int, int]:
     source, strategy, debias = row
-    return (source != "pooled", STRATEGIES.index(strategy), debias != "none")  # type: ignore[arg-type]
+    return (source != "pooled", STRATEGIES.index(strategy), debias != "none")
 
 
 def pool_summary(pool_rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -421,8 +449,9 @@ def _f(cell: Mapping[str, Any] | None, scale: float = 1.0, digits: int = 1) -> s
         return "–"
     v = cell["value"] * scale
     low, high = cell.get("ci95") or (None, None)
-    ci = "" if low is None else f" [{low * scale:.{digits}f}, {high * scale:.{digits}f}]"
-    return f"{v:.{digits}f}{ci}"
+    if low is None or high is None:
+        return f"{v:.{digits}f}"
+    return f"{v:.{digits}f} [{low * scale:.{digits}f}, {high * scale:.{digits}f}]"
 
 
 def _d(cell: Mapping[str, Any] | None, scale: float = 1.0, digits: int = 1) -> str:
@@ -465,12 +494,21 @@ def markdown(report: Mapping[str, Any]) -> str:
             "|---|---|" + "---:|" * (len(head) - 2),
         ]
         for e in mine.values():
-            cells = [f"`{e['strategy']}`", e["debias"], _f(e["best_of_n"], 100), _d(e["best_of_n"], 100)]
+            cells = [
+                f"`{e['strategy']}`",
+                e["debias"],
+                _f(e["best_of_n"], 100),
+                _d(e["best_of_n"], 100),
+            ]
             cells += [_f(e["kendall_tau"], 100), _d(e["kendall_tau"], 100)]
             cells += [_f(e["all_above"], 100), _d(e["all_above"], 100)]
             if rm:
                 cells += [_f(e.get("rmbench_accuracy")), _d(e.get("rmbench_accuracy"))]
-            cells += [_f(e["judgments"]), _f(e["generated_tokens"], digits=0), _f(e["prompt_tokens"], digits=0)]
+            cells += [
+                _f(e["judgments"]),
+                _f(e["generated_tokens"], digits=0),
+                _f(e["prompt_tokens"], digits=0),
+            ]
             lines.append("| " + " | ".join(cells) + " |")
         c = report.get("chance", {}).get(source)
         if c:
@@ -522,7 +560,11 @@ def chart(report: Mapping[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     rows = list(report["rows"].items())
-    metrics = [("best_of_n", "best-of-N"), ("all_above", "all best above the rest"), ("kendall_tau", "Kendall τ-b")]
+    metrics = [
+        ("best_of_n", "best-of-N"),
+        ("all_above", "all best above the rest"),
+        ("kendall_tau", "Kendall τ-b"),
+    ]
     fig, axes = plt.subplots(1, 3, figsize=(15, max(4.0, 0.32 * len(rows) + 1.5)), sharey=True)
     y = np.arange(len(rows))
     for ax, (metric, title) in zip(axes, metrics, strict=True):
@@ -536,7 +578,7 @@ def chart(report: Mapping[str, Any], path: Path) -> None:
             highs.append(0 if hi is None else 100 * hi - v)
         colors = ["tab:blue" if e["debias"] == "swap" else "tab:orange" for _, e in rows]
         ax.barh(y, vals, xerr=[lows, highs], color=colors, capsize=2)
-        chance = next(iter(report.get("chance", {}).values()), {})
+        chance: Mapping[str, Any] = next(iter(report.get("chance", {}).values()), {})
         if metric in chance:
             ax.axvline(100 * chance[metric], color="grey", ls="--", lw=0.8)
         ax.set_title(title)

@@ -134,7 +134,7 @@ class PoolJudgment:
         return PoolJudgment(
             status=str(row.get("status")),
             winner=row.get("winner") if verdict else None,
-            scores=tuple(scores) if verdict and scores else NO_SCORES,  # type: ignore[arg-type]
+            scores=(float(scores[0]), float(scores[1])) if verdict and scores else NO_SCORES,
             prompt_tokens=int(row.get("prompt_tokens", 0)),
             generated_tokens=int(row.get("generated_tokens", 0)),
             engine_requests=int(row.get("engine_requests", 0)),
@@ -429,7 +429,9 @@ class HttpGroups:
             if exc.status in PERMANENT_STATUS:
                 return None, error_row(unit, f"http_{exc.status}: {exc.detail}"), 0.0
             if exc.status not in self.retry.statuses:
-                raise ServiceRefusedError(f"POST {path} answered {exc.status}: {exc.detail}")
+                raise ServiceRefusedError(
+                    f"POST {path} answered {exc.status}: {exc.detail}"
+                ) from None
             raise TransientGroupError(f"{rid}: http_{exc.status}: {exc.detail[:300]}") from None
         except httpx.TransportError as exc:
             raise TransientGroupError(f"{rid}: {type(exc).__name__}: {exc}") from None
