@@ -302,7 +302,10 @@ def build(
             report["rows"].update(entries)
             report.setdefault("chance", {})[source] = chances
     if pooled_ids:
-        report["pool"] = pool_summary([r for k, r in rows.items() if k[0] == "pool"])
+        ids = set(pooled_ids)  # the groups scored, not every group in the file
+        report["pool"] = pool_summary(
+            [r for k, r in rows.items() if k[0] == "pool" and r["group_id"] in ids]
+        )
     report["benchmarks"] = sorted({g.benchmark for g in groups})
     report["scoring"] = SCORING
     return report
