@@ -302,9 +302,9 @@ def build(
             report["rows"].update(entries)
             report.setdefault("chance", {})[source] = chances
     if pooled_ids:
-        ids = set(pooled_ids)  # the groups scored, not every group in the file
+        scored = set(pooled_ids)  # the groups scored, not every group in the file
         report["pool"] = pool_summary(
-            [r for k, r in rows.items() if k[0] == "pool" and r["group_id"] in ids]
+            [r for k, r in rows.items() if k[0] == "pool" and r["group_id"] in scored]
         )
     report["benchmarks"] = sorted({g.benchmark for g in groups})
     report["scoring"] = SCORING
@@ -472,9 +472,14 @@ def _d(cell: Mapping[str, Any] | None, scale: float = 1.0, digits: int = 1) -> s
 def markdown(report: Mapping[str, Any]) -> str:
     s = report["settings"]
     names = ", ".join(DISPLAY_NAMES.get(b, b) for b in report["benchmarks"])
+    judging = (
+        "one greedy output per judgment"
+        if s.get("mode") == "single"
+        else f"N = {s.get('num_candidates')} candidates"
+    )
     parts = [
-        f"Model `{s.get('model')}`, mode {s.get('mode')}, N = {s.get('num_candidates')} "
-        f"candidates, max_tokens {s.get('max_tokens')}, seed {s.get('seed')}; {names}; groups "
+        f"Model `{s.get('model')}`, mode {s.get('mode')} ({judging}), max_tokens "
+        f"{s.get('max_tokens')}, seed {s.get('seed')}; {names}; groups "
         + ", ".join(f"{k} {v}" for k, v in report["groups"].items())
         + ".",
         "",
@@ -589,7 +594,9 @@ def chart(report: Mapping[str, Any], path: Path) -> None:
     axes[0].invert_yaxis()
     s = report["settings"]
     fig.suptitle(
-        f"{s.get('model')}: mode {s.get('mode')}, N={s.get('num_candidates')}, max_tokens="
+        f"{s.get('model')}: mode {s.get('mode')}"
+        + ("" if s.get("mode") == "single" else f", N={s.get('num_candidates')}")
+        + ", max_tokens="
         f"{s.get('max_tokens')} (blue: swap, orange: none; dashed: chance; bars: 95% CI)",
         fontsize=9,
     )
