@@ -244,6 +244,9 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         help="bootstrap resamples for the 95%% intervals (default 1000)",
     )
     out.add_argument("--no-progress", action="store_true", help="no progress bar")
+    from reflectrm.evaluation import group_cli
+
+    group_cli.configure(p)
     out.add_argument(
         "-v",
         "--verbose",
@@ -355,6 +358,10 @@ def service_modes(args: argparse.Namespace, modes: list[str], allowed: bool, why
 
 
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "groups", False):
+        from reflectrm.evaluation import group_cli
+
+        return group_cli.run(args)
     quiet_libraries(getattr(args, "verbose", False))
     out_dir: Path = args.out_dir
     results_path = out_dir / RESULTS_NAME

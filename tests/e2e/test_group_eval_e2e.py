@@ -1,0 +1,115 @@
+"""Group evaluation on the real engine: a few RM-Bench groups, two designs, served in-process
+(the service's own ``group_rewards``) and over HTTP (``POST /v1/rewards``): the same records."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+
+from reflectrm.evaluation import group_report
+from reflectrm.evaluation.group_data import Group, load_groups
+from reflectrm.evaluation.group_run import (
+    GroupSettings,
+    HttpGroups,
+    InProcessGroups,
+    design_plan,
+    run_group_units,
+)
+from reflectrm.judging.groups import design, judgments
+from reflectrm.judging.judge import Judge
+from reflectrm.serving.service import JudgingService
+from tests.conftest import SHARED_DATA
+from tests.e2e.conftest import E2E_MAX_TOKENS
+
+pytestmark = pytest.mark.skipif(
+    not (SHARED_DATA / "benchmarks").is_dir(),
+    reason=f"the shared benchmark files are absent ({SHARED_DATA}/benchmarks)",
+)
+
+# Two stage-1 samples, one engine request per judgment: short, and still seeded sampling.
+SETTINGS = GroupSettings(mode="vote", num_candidates=2, max_tokens=E2E_MAX_TOKENS, seed=0)
+
+
+def shortest_groups(k: int) -> list[Group]:
+    _, groups = load_groups("rm-bench", SHARED_DATA)
+    return sorted(groups, key=lambda g: sum(map(len, g.completions)))[:k]
+
+
+def without_cache_state(value):
+    """A record without ``cached_prompt_tokens``: how much of a prompt the engine's prefix
+    cache already held depends on what ran before (the HTTP pass follows the in-process one on
+    the same engine), not on the judgment."""
+    if isinstance(value, dict):
+        return {k: without_cache_state(v) for k, v in value.items() if k != "cached_prompt_tokens"}
+    if isinstance(value, list):
+        return [without_cache_state(v) for v in value]
+    return value
+
+
+def comparable(rows):
+    kept = [{k: v for k, v in r.items() if k != "latency_ms"} for r in rows]
+    return sorted(map(without_cache_state, kept), key=lambda r: (r["group_id"], r["strategy"]))
+
+
+def differences(a, b, path="", out=None):
+    """Where two records differ, as paths (for the failure message)."""
+    out = [] if out is None else out
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in sorted(set(a) | set(b)):
+            differences(a.get(k), b.get(k), f"{path}.{k}", out)
+    elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            differences(x, y, f"{path}[{i}]", out)
+    elif a != b:
+        out.append(f"{path}: {a!r} != {b!r}")
+    return out[:20]
+
+
+def test_group_designs_in_process_and_over_http_give_the_same_records(live, engine):
+    groups = shortest_groups(2)
+    units = design_plan(groups, ["knockout", "circular"], ["swap"])
+
+    service = JudgingService(live.settings.model_copy(update={"swap_check_fraction": 0.0}))
+    service.serve_with(Judge(engine, live.settings.judge_config()))
+    in_process: list[dict] = []
+
+    async def local():
+        await run_group_units(units, InProcessGroups(service), SETTINGS, in_process.append, 1)
+        await service.close("done")
+
+    asyncio.run(local())
+
+    over_http: list[dict] = []
+
+    async def remote():
+        async with httpx.AsyncClient(timeout=300) as client:
+            backend = HttpGroups(client, live.url)
+            await run_group_units(units, backend, SETTINGS, over_http.append, 1)
+
+    asyncio.run(remote())
+
+    assert len(in_process) == len(over_http) == 4
+    assert all(r["status"] == "ok" for r in in_process), in_process
+    first, second = comparable(in_process), comparable(over_http)
+    assert first == second, differences(first, second)
+    by_id = {g.id: g for g in groups}
+    for r in in_process:
+        body, group = r["response"], by_id[r["group_id"]]
+        entries = len(design(r["strategy"], group.completions, 0).entries)
+        assert len(body["rewards"]) == 6
+        assert body["judgments"] == judgments(r["strategy"], entries, "swap")
+        assert body["usage"]["generated_tokens"] > 0
+        if r["strategy"] == "knockout":
+            assert body["rounds"] == (entries - 1).bit_length()
+
+    rows = {("group", r["group_id"], r["strategy"], r["debias"]): r for r in in_process}
+    built = group_report.build(groups, [{"type": "run", "seed": 0}], rows, seed=0, resamples=50)
+    knockout = built["rows"]["knockout, debias swap (direct)"]
+    assert 0.0 <= knockout["best_of_n"]["value"] <= 1.0
+    assert 0.0 <= knockout["rmbench_accuracy"]["value"] <= 100.0
+    print(
+        "group e2e records:",
+        [(r["group_id"], r["strategy"], r["response"]["rewards"]) for r in in_process],
+    )
