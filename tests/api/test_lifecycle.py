@@ -172,6 +172,26 @@ def test_judgments_still_running_when_the_grace_period_ends_are_aborted_with_503
     assert drained.lifecycle.exit_code == 0
 
 
+def test_sigterm_answers_members_waiting_for_their_cohorts_with_503_at_once():
+    """Waiting members hold no admission slot, so the drain does not wait for them: they are
+    told at once (503, retry elsewhere), not cut off when the server stops."""
+    drained = Drained(scripted(), shutdown_grace_s=60, cohort_timeout_s=300)
+    member = {**GOOD, "completion": "4", "group_size": 4}
+    member.pop("responses")
+    with served(drained.app, drained.make_server) as s, ThreadPoolExecutor(2) as pool:
+        waiting = pool.submit(httpx.post, f"{s.url}/v1/rewards/sample", json=member, timeout=120)
+        wait_for(lambda: drained.app.state.reflectrm.cohorts.open == 1, "an open cohort")
+        assert drained.server is not None
+        drained.server.handle_exit(signal.SIGTERM, None)
+        r = waiting.result(timeout=30)
+        assert r.status_code == 503, r.text
+        assert "shutting down" in r.json()["detail"]
+        assert r.headers["retry-after"]
+        wait_for(lambda: drained.server.should_exit, "the server stops after the drain")
+    assert drained.lifecycle.exit_code == 0
+    assert drained.engine.calls == []
+
+
 def test_a_second_signal_cuts_the_grace_period_short():
     drained = Drained(scripted(delay_s=600), shutdown_grace_s=600, request_timeout_s=600)
     with served(drained.app, drained.make_server) as s, ThreadPoolExecutor(2) as pool:

@@ -162,3 +162,44 @@ async def test_stopping_answers_waiting_members_with_closed_error():
     await cohorts.close()
     with pytest.raises(ClosedError):
         await waiting
+
+
+async def test_a_seat_given_up_leaves_its_open_cohort_so_a_retry_joins_afresh():
+    judge = Recorder()
+    cohorts = Cohorts(poll_s=0.01, max_open=8, linger_s=60, judge=judge)
+    seat = cohorts.seat("k", "g", terms(size=2), None, "a")
+    cohorts.leave(seat)  # its call failed on another sample before it could wait
+    assert cohorts.open == 0
+    retry = cohorts.seat("k", "g", terms(size=2), None, "a")
+    assert not retry.adopted
+    other = cohorts.seat("k", "g", terms(size=2), None, "b")
+    results = await asyncio.gather(cohorts.wait(retry, never), cohorts.wait(other, never))
+    assert results == [{"a": 1.0, "b": 1.0}] * 2
+    assert judge.judged == [["a", "b"]]
+
+
+async def test_a_retry_adopts_only_within_the_same_terms_and_conversation():
+    cohorts = Cohorts(poll_s=0.01, max_open=8, linger_s=60, judge=Recorder())
+    gone = cohorts.seat("k", "g", terms(size=3), "conversation X", "a")
+    with pytest.raises(ClientGoneError):
+        await cohorts.wait(gone, gone_after(0.0))
+    with pytest.raises(InvalidRequestError, match="is open with"):
+        cohorts.seat("k", "g", terms(size=4), "conversation X", "a")
+    with pytest.raises(InvalidRequestError, match="another conversation"):
+        cohorts.seat("k", "g", terms(size=3), "conversation Y", "a")
+    same = cohorts.seat("k", "g", terms(size=3), "conversation X", "a")
+    assert same.adopted
+    await cohorts.close()
+
+
+async def test_refusing_answers_open_cohorts_now_and_takes_no_member_after():
+    cohorts = Cohorts(poll_s=0.01, max_open=8, linger_s=60, judge=Recorder())
+    seat = cohorts.seat("k", "g", terms(), None, "a")
+    waiting = asyncio.ensure_future(cohorts.wait(seat, never))
+    await asyncio.sleep(0)
+    cohorts.refuse("the service is stopping")
+    with pytest.raises(ClosedError, match="stopping"):
+        await waiting
+    with pytest.raises(ClosedError):
+        cohorts.seat("k", "g", terms(), None, "b")
+    assert cohorts.open == 0
