@@ -100,7 +100,8 @@ async def judge_batch(
     "/v1/rewards",
     response_model=schemas.RewardsResponse,
     responses=ERRORS,
-    summary="One reward per completion of a group (reference, pivot or round-robin judging)",
+    summary="One reward per completion of a group (reference, pivot, round_robin, knockout, "
+    "circular or swiss judging)",
 )
 async def rewards(
     body: schemas.RewardsRequest, service: ServiceDep, call: CallDep
