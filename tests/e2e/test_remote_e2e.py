@@ -58,7 +58,15 @@ FLEET_JUDGMENT = {"mode": "reflect", "num_candidates": 3, "max_tokens": 32, "ret
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     # Each replica logs the id of every request it receives: which judgment ran where.
     log_dir = tmp_path_factory.mktemp("fleet")
-    with local_fleet(replicas=2, log_dir=log_dir, extra_args=["--enable-log-requests"]) as started:
+    # vLLM logs "Received request" at INFO: set it for the replicas, since an in-process
+    # `reflectrm eval` run earlier in the session leaves VLLM_LOGGING_LEVEL=WARNING in the
+    # environment they would inherit (and the crash test would see no request arrive).
+    with local_fleet(
+        replicas=2,
+        log_dir=log_dir,
+        extra_args=["--enable-log-requests"],
+        extra_env={"VLLM_LOGGING_LEVEL": "INFO"},
+    ) as started:
         yield started
 
 

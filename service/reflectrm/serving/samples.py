@@ -25,7 +25,7 @@ from __future__ import annotations
 
 MIN_OVERLAP = 16  # non-space characters of the prompt that must start the query
 MAX_JUNK = 4  # characters before them that may be left of a cut character
-MAX_TRIES = 32  # places in the prompt where the query's start is tried, per offset
+MAX_TRIES = 32  # places in the query where the prompt's end is tried, per offset
 
 
 def _squeezed(text: str) -> tuple[str, list[int]]:
@@ -36,24 +36,28 @@ def _squeezed(text: str) -> tuple[str, list[int]]:
 
 def _overlap(prompt: str, query: str, start: int) -> int:
     """The length of the longest suffix of ``prompt`` that ``query[start:]`` starts with, if it
-    is at least ``MIN_OVERLAP`` long or the whole prompt; else 0."""
+    is at least ``MIN_OVERLAP`` long or the whole prompt; else 0.
+
+    The suffix ends where the prompt's last ``MIN_OVERLAP`` characters (its tail) occur in the
+    query, so the tail's places in the query are tried from the right (the longest first). A
+    wrong place is one where the response repeats the prompt's tail, which is rare; repeats
+    inside the prompt (few-shot examples, repeated context) cost nothing. After ``MAX_TRIES``
+    wrong places the search gives up, so no body can make it quadratic."""
     if query.startswith(prompt, start):
         return len(prompt)
     if len(prompt) <= MIN_OVERLAP:
         return 0
-    probe = query[start : start + MIN_OVERLAP]
-    if len(probe) < MIN_OVERLAP:
-        return 0
-    at = prompt.find(probe, 1)
-    # The first (leftmost) match that holds to the prompt's end is the longest. Each try is a
-    # comparison as long as the prompt: a prompt that repeats the probe many times (no real
-    # one does) is given up after MAX_TRIES, so no body can make this quadratic.
+    tail = prompt[-MIN_OVERLAP:]
+    # A suffix shorter than the prompt ends in the query before start + len(prompt).
+    end = min(len(query), start + len(prompt) - 1)
+    at = query.rfind(tail, start, end)
     for _ in range(MAX_TRIES):
         if at == -1:
             break
-        if query.startswith(prompt[at:], start):
-            return len(prompt) - at
-        at = prompt.find(probe, at + 1)
+        length = at + MIN_OVERLAP - start
+        if query.startswith(prompt[-length:], start):
+            return length
+        at = query.rfind(tail, start, at + MIN_OVERLAP - 1)
     return 0
 
 
