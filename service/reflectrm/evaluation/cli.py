@@ -548,6 +548,20 @@ ABLATION_PROBE = {
 }
 
 
+async def served_model(client: Any, url: str) -> Any:
+    """The model a running service at ``url`` serves (its GET /ready); UsageError when it cannot
+    be reached or is not ready."""
+    import httpx
+
+    try:
+        ready = await client.get(url.rstrip("/") + "/ready")
+    except httpx.TransportError as exc:
+        raise UsageError(f"cannot reach {url} ({type(exc).__name__}: {exc})") from None
+    if ready.status_code != 200:
+        raise UsageError(f"{url}/ready answered {ready.status_code}: {ready.text[:300]}")
+    return ready.json().get("model")
+
+
 async def _ablations_allowed(client: Any, url: str) -> tuple[bool, str]:
     """Whether the service runs ablations, asked with one tiny ablation judgment."""
     r = await client.post(url.rstrip("/") + "/v1/judge", json=ABLATION_PROBE)
@@ -573,17 +587,12 @@ async def _judge_http(
     timeout = httpx.Timeout(args.timeout, connect=10.0)
     limits = httpx.Limits(max_connections=args.concurrency + 2)
     async with httpx.AsyncClient(timeout=timeout, limits=limits) as client:
-        try:
-            ready = await client.get(args.url.rstrip("/") + "/ready")
-        except httpx.TransportError as exc:
-            raise UsageError(f"cannot reach {args.url} ({type(exc).__name__}: {exc})") from None
-        if ready.status_code != 200:
-            raise UsageError(f"{args.url}/ready answered {ready.status_code}: {ready.text[:300]}")
+        model = await served_model(client, args.url)
         if any(EVAL_MODES[m].ablation != "none" for m in modes):
             allowed, why = await _ablations_allowed(client, args.url)
             modes = service_modes(args, modes, allowed, why)
         todo = todo_for(modes)
-        header.update({"backend": "http", "url": args.url, "model": ready.json().get("model")})
+        header.update({"backend": "http", "url": args.url, "model": model})
         records.check_compatible(existing, header, results_path)
         if not todo:
             return None

@@ -299,16 +299,13 @@ async def _over_http(
 ) -> None:
     import httpx
 
+    from reflectrm.evaluation.cli import served_model
+
     timeout = httpx.Timeout(args.timeout, connect=10.0)
     limits = httpx.Limits(max_connections=args.concurrency + 2)
     async with httpx.AsyncClient(timeout=timeout, limits=limits) as client:
-        try:
-            ready = await client.get(args.url.rstrip("/") + "/ready")
-        except httpx.TransportError as exc:
-            raise ValueError(f"cannot reach {args.url} ({type(exc).__name__}: {exc})") from None
-        if ready.status_code != 200:
-            raise ValueError(f"{args.url}/ready answered {ready.status_code}: {ready.text[:300]}")
-        header.update({"backend": "http", "url": args.url, "model": ready.json().get("model")})
+        model = await served_model(client, args.url)
+        header.update({"backend": "http", "url": args.url, "model": model})
         _check(runs, header, path)
         if not todo:
             return

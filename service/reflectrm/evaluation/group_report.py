@@ -25,7 +25,6 @@ the same debias setting has a paired interval.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import statistics
@@ -44,6 +43,7 @@ from reflectrm.evaluation.group_run import (
     pooled_rewards,
 )
 from reflectrm.evaluation.names import DISPLAY_NAMES, RMBENCH
+from reflectrm.evaluation.report import write_files
 from reflectrm.evaluation.scoring import Item, interval, score
 from reflectrm.judging.debias import Debias
 from reflectrm.judging.groups import NO_VERDICT_REWARD, STRATEGIES, Strategy
@@ -606,17 +606,4 @@ def chart(report: Mapping[str, Any], path: Path) -> None:
 
 
 def write(report: Mapping[str, Any], out_dir: Path) -> dict[str, Path]:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = {
-        "json": out_dir / "group-report.json",
-        "markdown": out_dir / "group-report.md",
-        "chart": out_dir / "group-report.png",
-    }
-    paths["json"].write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
-    paths["markdown"].write_text(markdown(report))
-    try:
-        chart(report, paths["chart"])
-    except ImportError:
-        log.warning("no chart: matplotlib is missing (pip install 'reflectrm[eval]')")
-        del paths["chart"]
-    return paths
+    return write_files(report, out_dir, "group-report", markdown, chart)

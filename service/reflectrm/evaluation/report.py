@@ -846,16 +846,27 @@ def chart(report: Mapping[str, Any], path: Path) -> None:
 
 
 def write(report: Mapping[str, Any], out_dir: Path) -> dict[str, Path]:
+    return write_files(report, out_dir, "report", markdown, chart)
+
+
+def write_files(
+    report: Mapping[str, Any],
+    out_dir: Path,
+    stem: str,
+    as_markdown: Callable[[Mapping[str, Any]], str],
+    draw: Callable[[Mapping[str, Any], Path], None],
+) -> dict[str, Path]:
+    """The report as ``{stem}.json``, ``{stem}.md`` and (with matplotlib) ``{stem}.png``."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {
-        "json": out_dir / "report.json",
-        "markdown": out_dir / "report.md",
-        "chart": out_dir / "report.png",
+        "json": out_dir / f"{stem}.json",
+        "markdown": out_dir / f"{stem}.md",
+        "chart": out_dir / f"{stem}.png",
     }
     paths["json"].write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
-    paths["markdown"].write_text(markdown(report))
+    paths["markdown"].write_text(as_markdown(report))
     try:
-        chart(report, paths["chart"])
+        draw(report, paths["chart"])
     except ImportError:
         log.warning("no chart: matplotlib is missing (pip install 'reflectrm[eval]')")
         del paths["chart"]
