@@ -185,3 +185,8 @@ def resolve_model(model: str, cache_dir: Path, template_version: str) -> str:
         validate_checkpoint(local, template_version)
         return str(local.resolve())
     return model  # a Hugging Face hub id, for users who are online
+
+
+def base_model_dir(cache_dir: Path | None = None) -> Path:
+    """The embedded base model (SmolLM2-135M-Instruct), prepared once: what training starts from."""
+    return prepare_default_model(cache_dir, say=lambda m: log.info("%s", m))

@@ -36,6 +36,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     _add_grpo(commands)
     _add_warmup(commands)
     _add_check(commands)
+    _add_judge(commands)
     return train
 
 
@@ -131,6 +132,48 @@ def _add_check(commands: Any) -> None:
         help="also store the results in the checkpoint's manifest under this name",
     )
     p.set_defaults(func=run_check)
+
+
+def _add_judge(commands: Any) -> None:
+    p = commands.add_parser(
+        "judge",
+        help="train the judge's verdict from preference labels (LoRA, both orders per step; "
+        "resumable); the recipe of the shipped default judge",
+    )
+    p.add_argument(
+        "--data",
+        action="append",
+        required=True,
+        type=Path,
+        help="a shared-schema JSONL(.gz) file of the training pool (repeatable)",
+    )
+    p.add_argument(
+        "--split",
+        required=True,
+        type=Path,
+        help="the held-out split file: read and checked if it exists, else made "
+        "(--holdout-fraction of each file's prompts) and written",
+    )
+    p.add_argument("--holdout-fraction", type=float, default=0.22)
+    p.add_argument(
+        "--base",
+        default="base",
+        help="the model to train: 'base' (the embedded SmolLM2-135M-Instruct) or a folder",
+    )
+    p.add_argument("--output-dir", required=True, type=Path, help="the run's folder")
+    p.add_argument("--resume", action="store_true", help="continue the run in --output-dir")
+    p.add_argument(
+        "--stop-after", type=int, help="end this session after this many steps (resumable)"
+    )
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a JudgeTrainConfig field, e.g. --set max_steps=300 (repeatable)",
+    )
+    p.set_defaults(func=run_judge)
 
 
 Command = Callable[[argparse.Namespace], int]
@@ -239,6 +282,37 @@ async def _check_with_engine(settings: Any, pairs: Any, config: Any) -> dict[str
     async with open_engine(settings.engine_config()) as engine:
         result = await check(engine, pairs, config)
     return {"model": settings.model, **result.summary()}
+
+
+@_friendly
+def run_judge(args: argparse.Namespace) -> int:
+    from reflectrm.models import base_model_dir
+    from reflectrm.training.judge import JudgeTrainConfig, train_judge
+    from reflectrm.training.split import (
+        make_split,
+        read_sources,
+        read_split,
+        training_pairs,
+        write_split,
+    )
+
+    config = JudgeTrainConfig.from_dict(
+        typed(JudgeTrainConfig, parse_overrides(args.overrides, JudgeTrainConfig))
+    )
+    sources = read_sources(args.data)
+    if args.split.is_file():
+        split = read_split(args.split)
+    else:
+        split = make_split(sources, args.holdout_fraction, config.seed)
+        write_split(split, args.split)
+        print(f"held-out split written to {args.split} ({len(split['pairs'])} pairs)")
+    pairs = training_pairs(split, sources)
+    base = base_model_dir() if args.base == "base" else Path(args.base)
+    summary = train_judge(
+        base, pairs, args.output_dir, config, resume=args.resume, stop_after=args.stop_after
+    )
+    print(json.dumps({k: summary[k] for k in ("finished", "step", "steps")}))
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,522 @@
+"""``reflectrm train judge``: supervised training of the verdict from preference labels.
+
+The recipe (docs/training.md, "The judge recipe"): LoRA adapters on a frozen base, trained with
+cross-entropy on the service's own output format, from the human labels (never from the model's
+own verdicts):
+
+- every training pair is shown in **both orders in the same step** (the target names the chosen
+  response's slot each time), so a judge that answers by position alone is stuck at loss ln 2 on
+  the decision token;
+- the target is ``<Analysis>Response k is the better answer to the user.</Analysis>\\n<Result>
+  Response k is better than Response j</Result>`` and the end of turn: the analysis states the
+  decision first, so the one token that decides (the ``k`` of the analysis) is sampled from the
+  judge's own probability in stage 1, and the verdict agrees with its analysis;
+- the second task of the unified framework, analysis preference, is trained jointly: for every
+  ``reflection_every``-th pair, a reflection prompt whose two critiques are the two analyses the
+  judge writes (one per conclusion), in both critique orders, the one that names the chosen
+  response preferred;
+- prompts are rendered exactly as the service renders them (``ChatRenderer``: same chat template,
+  judged texts tokenized as plain text) with the versioned template.
+
+The run is seeded and resumable: a checkpoint of the adapter, the optimizer, the schedule and
+the step every ``checkpoint_every_s`` seconds; ``--resume`` continues at the step after it with
+the same batches (the data order is fixed by the seed up front), so an interrupted run resumed
+gives the same adapter as an uninterrupted one. A line per step goes to ``train-log.jsonl``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import platform
+import random
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from reflectrm.judging.prompts import (
+    CRITIQUE_VERDICTS,
+    RESPONSE_VERDICTS,
+    TEMPLATE_VERSION,
+    get_template,
+    preference_chat,
+    reflection_chat,
+)
+from reflectrm.pairs import Pair
+
+log = logging.getLogger(__name__)
+
+STATE_FILE = "state.pt"
+LOG_FILE = "train-log.jsonl"
+CONFIG_FILE = "run-config.json"
+ADAPTER_DIR = "adapter"
+
+
+def analysis_text(kind: str, winner: int) -> str:
+    """The analysis the judge is trained to write: its conclusion first, in one sentence."""
+    if kind == "preference":
+        return f"Response {winner} is the better answer to the user."
+    return f"Critique {winner} reaches the right conclusion about the two responses."
+
+
+def target_text(kind: str, winner: int) -> str:
+    """The whole output after the generation prompt (the end of turn is added as a token)."""
+    verdicts = RESPONSE_VERDICTS if kind == "preference" else CRITIQUE_VERDICTS
+    return f"<Analysis>{analysis_text(kind, winner)}</Analysis>\n<Result>{verdicts[winner - 1]}</Result>"
+
+
+@dataclass(frozen=True)
+class JudgeTrainConfig:
+    seed: int = 0
+    template_version: str = TEMPLATE_VERSION
+    pairs_per_step: int = 4  # each in both orders: 8 preference sequences per optimizer step
+    max_steps: int = 200
+    learning_rate: float = 3e-4
+    warmup_steps: int = 10
+    final_lr_fraction: float = 0.1  # linear decay to this fraction of the rate
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    lora_r: int = 16
+    lora_alpha: int = 32
+    lora_targets: tuple[str, ...] = (
+        "q_proj",
+        "k_proj",
+        "v_proj",
+        "o_proj",
+        "gate_proj",
+        "up_proj",
+        "down_proj",
+    )
+    # One reflection item (in both critique orders) per this many pairs: the paper's 4:1 mix.
+    # 0 trains response preference only.
+    reflection_every: int = 4
+    # Pairs whose judging prompt is longer are not trained on (bounds the cost of a step).
+    max_prompt_tokens: int = 768
+    # "auto": bf16 autocast where the CPU has bf16 matrix units (AMX or AVX512-BF16), else f32.
+    precision: str = "auto"
+    threads: int = 0  # 0: every core
+    checkpoint_every_s: float = 300.0
+
+    def fingerprint(self) -> str:
+        """What a resumed run must share with the run it resumes (not run-control settings)."""
+        skip = {"checkpoint_every_s", "threads"}
+        body = {k: v for k, v in asdict(self).items() if k not in skip}
+        return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> JudgeTrainConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown judge training settings: {', '.join(unknown)}")
+        clean = dict(values)
+        if "lora_targets" in clean:
+            clean["lora_targets"] = tuple(clean["lora_targets"])
+        return cls(**clean)
+
+
+def cpu_has_bf16_matmul() -> bool:
+    """Whether the CPU has bf16 matrix units (AMX-BF16 or AVX512-BF16), from /proc/cpuinfo."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            flags = set(line.split(":", 1)[1].split())
+            return bool({"amx_bf16", "avx512_bf16"} & flags)
+    return False
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def resolve_precision(precision: str) -> str:
+    if precision == "auto":
+        return "bf16" if cpu_has_bf16_matmul() else "f32"
+    if precision not in ("bf16", "f32"):
+        raise ValueError(f"precision must be auto, bf16 or f32, not {precision!r}")
+    return precision
+
+
+# --- items -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Item:
+    """One training sequence: prompt ids, target ids, where the decision token is."""
+
+    pair_id: str
+    kind: str  # preference | reflection
+    label: int  # the slot of the preferred response (or critique)
+    prompt_ids: tuple[int, ...]
+    target_ids: tuple[int, ...]
+    decision: int  # index in target_ids of the token that names the winner
+    other_id: int  # the token the decision would be for the other slot
+
+
+@dataclass
+class Tokenized:
+    """Targets tokenized once: per kind and winner, and the decision position per kind."""
+
+    targets: dict[tuple[str, int], tuple[int, ...]] = field(default_factory=dict)
+    decision: dict[str, int] = field(default_factory=dict)
+
+
+def tokenize_targets(tokenizer: Any) -> Tokenized:
+    eos = tokenizer.eos_token_id
+    if eos is None:
+        raise ValueError("the tokenizer has no end-of-turn token to end the target with")
+    out = Tokenized()
+    for kind in ("preference", "reflection"):
+        for winner in (1, 2):
+            ids = tokenizer.encode(target_text(kind, winner), add_special_tokens=False)
+            out.targets[(kind, winner)] = (*ids, eos)
+        a, b = out.targets[(kind, 1)], out.targets[(kind, 2)]
+        first = next(i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y)
+        out.decision[kind] = first
+    return out
+
+
+def pair_items(
+    pair: Pair,
+    index: int,
+    renderer: Any,
+    tokens: Tokenized,
+    template_version: str,
+    rng: random.Random,
+    with_reflection: bool,
+) -> list[Item]:
+    """A pair in both orders (and, with ``with_reflection``, its reflection item in both
+    critique orders, the responses in one random order)."""
+    template = get_template(template_version)
+    items: list[Item] = []
+    for chosen_at in (1, 2):
+        responses, gold = pair.present(chosen_at)
+        chat = preference_chat(template, pair.conversation, *responses)
+        items.append(_item(pair.id, "preference", gold, renderer.render(chat).token_ids, tokens))
+    if with_reflection:
+        responses, gold = pair.present(1 if rng.random() < 0.5 else 2)
+        right = analysis_text("preference", gold)
+        wrong = analysis_text("preference", 3 - gold)
+        for right_at in (1, 2):
+            critiques = (right, wrong) if right_at == 1 else (wrong, right)
+            chat = reflection_chat(template, pair.conversation, *responses, *critiques)
+            ids = renderer.render(chat).token_ids
+            items.append(_item(pair.id, "reflection", right_at, ids, tokens))
+    del index
+    return items
+
+
+def _item(pair_id: str, kind: str, label: int, prompt: Sequence[int], t: Tokenized) -> Item:
+    target = t.targets[(kind, label)]
+    d = t.decision[kind]
+    other = t.targets[(kind, 3 - label)][d]
+    return Item(pair_id, kind, label, tuple(prompt), target, d, other)
+
+
+def plan_steps(
+    pairs: Sequence[Pair],
+    renderer: Any,
+    tokenizer: Any,
+    config: JudgeTrainConfig,
+) -> tuple[list[list[Item]], dict[str, int]]:
+    """The run's batches, fixed by the seed up front: pairs in a seeded order, too-long ones
+    left out, ``pairs_per_step`` pairs per step (both orders of each in the same step)."""
+    tokens = tokenize_targets(tokenizer)
+    rng = random.Random(config.seed)
+    order = list(pairs)
+    rng.shuffle(order)
+    steps: list[list[Item]] = []
+    current: list[Item] = []
+    used = too_long = 0
+    pairs_in_step = 0
+    for pair in order:
+        if len(steps) >= config.max_steps:
+            break
+        reflect = config.reflection_every > 0 and (used % config.reflection_every) == (
+            config.reflection_every - 1
+        )
+        items = pair_items(pair, used, renderer, tokens, config.template_version, rng, reflect)
+        if any(len(i.prompt_ids) > config.max_prompt_tokens for i in items):
+            too_long += 1
+            continue
+        used += 1
+        current += items
+        pairs_in_step += 1
+        if pairs_in_step == config.pairs_per_step:
+            steps.append(current)
+            current, pairs_in_step = [], 0
+    counts = {
+        "pairs_available": len(pairs),
+        "pairs_used": config.pairs_per_step * len(steps),
+        "pairs_too_long_skipped": too_long,
+        "steps": len(steps),
+        "preference_sequences": sum(1 for s in steps for i in s if i.kind == "preference"),
+        "reflection_sequences": sum(1 for s in steps for i in s if i.kind == "reflection"),
+        "prompt_tokens": sum(len(i.prompt_ids) for s in steps for i in s),
+    }
+    return steps, counts
+
+
+# --- the loop --------------------------------------------------------------------------------
+
+
+def lr_at(step: int, config: JudgeTrainConfig) -> float:
+    """Linear warm-up, then linear decay to ``final_lr_fraction`` at the last step."""
+    base = config.learning_rate
+    if step < config.warmup_steps:
+        return base * (step + 1) / config.warmup_steps
+    span = max(1, config.max_steps - config.warmup_steps)
+    done = min(1.0, (step - config.warmup_steps) / span)
+    return base * (1.0 - (1.0 - config.final_lr_fraction) * done)
+
+
+def wrap_lora(model: Any, config: JudgeTrainConfig) -> Any:
+    from peft import LoraConfig, get_peft_model
+
+    lora = LoraConfig(
+        r=config.lora_r,
+        lora_alpha=config.lora_alpha,
+        lora_dropout=0.0,  # no dropout: a step is a function of the weights and the batch
+        target_modules=list(config.lora_targets),
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
+    return get_peft_model(model, lora)
+
+
+def item_loss(model: Any, item: Item, precision: str) -> tuple[Any, dict[str, float]]:
+    """Mean cross-entropy over the target's tokens, and the decision token's figures."""
+    import torch
+
+    ids = torch.tensor([list(item.prompt_ids) + list(item.target_ids)], dtype=torch.long)
+    n_prompt = len(item.prompt_ids)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+        logits = model(input_ids=ids).logits
+    # The logit at position p predicts token p + 1: the target's tokens are predicted from
+    # positions n_prompt - 1 .. end - 1.
+    pred = logits[0, n_prompt - 1 : -1].float()
+    target = ids[0, n_prompt:]
+    loss = torch.nn.functional.cross_entropy(pred, target)
+    with torch.no_grad():
+        d = pred[item.decision]
+        right = d[item.target_ids[item.decision]]
+        wrong = d[item.other_id]
+        margin = float(right - wrong)
+        # The decision token's loss between the two slots only: ln 2 for a judge by position.
+        dloss = float(torch.nn.functional.softplus(-(right - wrong)))
+    return loss, {"decision_loss": dloss, "decision_correct": float(margin > 0)}
+
+
+@dataclass
+class Progress:
+    step: int = 0  # steps done
+    seconds: float = 0.0  # training time so far, over every session of the run
+
+
+def train_judge(
+    base_model: Path,
+    pairs: Sequence[Pair],
+    output_dir: Path,
+    config: JudgeTrainConfig,
+    resume: bool = False,
+    stop_after: int | None = None,
+    say: Callable[[str], None] = print,
+    progress_bar: bool = True,
+    extra_manifest: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Train (or resume) a run into ``output_dir``; returns the run's summary.
+
+    ``stop_after`` ends this session after that many steps (as an interrupt would, after a
+    checkpoint): the resume test's interruption, and a way to train in slices.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from reflectrm.engines.chat import ChatRenderer
+
+    precision = resolve_precision(config.precision)
+    threads = config.threads or os.cpu_count() or 1
+    torch.set_num_threads(threads)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    state_path = output_dir / STATE_FILE
+    config_path = output_dir / CONFIG_FILE
+    if resume and state_path.is_file():
+        recorded = json.loads(config_path.read_text())
+        if recorded.get("fingerprint") != config.fingerprint():
+            raise ValueError(
+                f"{output_dir} holds a run with other settings ({recorded.get('config')}); "
+                "resume it with the same settings, or train into another folder"
+            )
+    elif state_path.is_file():
+        raise ValueError(f"{output_dir} already holds a run: pass --resume to continue it")
+
+    torch.manual_seed(config.seed)
+    tokenizer = AutoTokenizer.from_pretrained(base_model)
+    model = AutoModelForCausalLM.from_pretrained(base_model, dtype=torch.float32)
+    model = wrap_lora(model, config)
+    model.train()
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(
+        trainable, lr=config.learning_rate, weight_decay=config.weight_decay
+    )
+    renderer = ChatRenderer(tokenizer)
+    steps, counts = plan_steps(pairs, renderer, tokenizer, config)
+    if not steps:
+        raise ValueError("no training step: too few pairs fit max_prompt_tokens")
+    progress = Progress()
+    if resume and state_path.is_file():
+        state = torch.load(state_path, weights_only=False)
+        _load_trainable(model, state["adapter"])
+        optimizer.load_state_dict(state["optimizer"])
+        progress = Progress(**state["progress"])
+        _trim_log(output_dir / LOG_FILE, progress.step)
+        say(f"resuming at step {progress.step + 1} of {len(steps)}")
+    else:
+        config_path.write_text(
+            json.dumps(
+                {"fingerprint": config.fingerprint(), "config": asdict(config), "plan": counts},
+                indent=1,
+            )
+        )
+        (output_dir / LOG_FILE).unlink(missing_ok=True)
+    say(
+        f"training: {len(steps)} steps of {config.pairs_per_step} pairs in both orders "
+        f"({counts['preference_sequences']} preference, {counts['reflection_sequences']} "
+        f"reflection sequences, {counts['prompt_tokens']} prompt tokens); precision {precision}, "
+        f"{threads} threads"
+    )
+    bar = None
+    if progress_bar:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(steps), initial=progress.step, unit="step", file=sys.stderr)
+    last_checkpoint = time.monotonic()
+    session_start = time.monotonic()
+    done_this_session = 0
+    with (output_dir / LOG_FILE).open("a") as logf:
+        while progress.step < len(steps):
+            batch = steps[progress.step]
+            lr = lr_at(progress.step, config)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            t0 = time.monotonic()
+            optimizer.zero_grad(set_to_none=True)
+            figures: dict[str, list[float]] = {"loss": [], "decision_loss": [], "correct": []}
+            by_kind: dict[str, list[float]] = {"preference": [], "reflection": []}
+            for item in batch:
+                loss, fig = item_loss(model, item, precision)
+                (loss / len(batch)).backward()
+                figures["loss"].append(float(loss))
+                figures["decision_loss"].append(fig["decision_loss"])
+                figures["correct"].append(fig["decision_correct"])
+                by_kind[item.kind].append(fig["decision_correct"])
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(trainable, config.max_grad_norm))
+            optimizer.step()
+            progress.step += 1
+            elapsed = time.monotonic() - t0
+            progress.seconds += elapsed
+            done_this_session += 1
+            record = {
+                "step": progress.step,
+                "lr": lr,
+                "loss": _mean(figures["loss"]),
+                "decision_loss": _mean(figures["decision_loss"]),
+                "accuracy": _mean(figures["correct"]),
+                "preference_accuracy": _mean(by_kind["preference"]),
+                "reflection_accuracy": _mean(by_kind["reflection"]) if by_kind["reflection"] else None,
+                "grad_norm": grad_norm,
+                "tokens": sum(len(i.prompt_ids) + len(i.target_ids) for i in batch),
+                "seconds": round(elapsed, 3),
+            }
+            logf.write(json.dumps(record) + "\n")
+            logf.flush()
+            if bar is not None:
+                bar.set_postfix(loss=f"{record['loss']:.3f}", dloss=f"{record['decision_loss']:.3f}")
+                bar.update(1)
+            finished = progress.step == len(steps)
+            stopping = stop_after is not None and done_this_session >= stop_after
+            due = time.monotonic() - last_checkpoint >= config.checkpoint_every_s
+            if finished or stopping or due:
+                _save_state(state_path, model, optimizer, progress)
+                last_checkpoint = time.monotonic()
+            if stopping and not finished:
+                if bar is not None:
+                    bar.close()
+                say(f"stopped after step {progress.step}; --resume continues")
+                return {"finished": False, "step": progress.step, "steps": len(steps)}
+    if bar is not None:
+        bar.close()
+    adapter_dir = output_dir / ADAPTER_DIR
+    model.save_pretrained(adapter_dir, safe_serialization=True)
+    summary = {
+        "finished": True,
+        "step": progress.step,
+        "steps": len(steps),
+        "train_seconds": round(progress.seconds, 1),
+        "session_seconds": round(time.monotonic() - session_start, 1),
+        "precision": precision,
+        "threads": threads,
+        "cpu": cpu_name(),
+        "plan": counts,
+        "config": asdict(config),
+        **(extra_manifest or {}),
+    }
+    (output_dir / "run-summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    say(f"adapter written to {adapter_dir} ({progress.seconds:.0f} s of training)")
+    return summary
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if values else math.nan
+
+
+def _trainable_state(model: Any) -> dict[str, Any]:
+    return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+
+
+def _load_trainable(model: Any, state: dict[str, Any]) -> None:
+    import torch
+
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        for name, value in state.items():
+            params[name].copy_(value)
+
+
+def _save_state(path: Path, model: Any, optimizer: Any, progress: Progress) -> None:
+    """Atomically: a run stopped while writing keeps its previous checkpoint."""
+    import torch
+
+    tmp = path.with_suffix(".tmp")
+    torch.save(
+        {
+            "adapter": _trainable_state(model),
+            "optimizer": optimizer.state_dict(),
+            "progress": asdict(progress),
+        },
+        tmp,
+    )
+    os.replace(tmp, path)
+
+
+def _trim_log(path: Path, step: int) -> None:
+    """Drop log lines of steps after the checkpoint (they are trained again on resume)."""
+    if not path.is_file():
+        return
+    kept = [line for line in path.read_text().splitlines() if json.loads(line)["step"] <= step]
+    path.write_text("".join(f"{line}\n" for line in kept))

@@ -1,0 +1,129 @@
+"""The held-out split of a training pool: pairs set aside by prompt, stratified by source.
+
+A prompt (the whole conversation the responses answer) is either held out or trained on, never
+both: HelpSteer2 has several pairs per prompt, and a judge that saw one of them would be measured
+on a prompt it has learned. Each source file gives the same share of its prompts, chosen by a
+seeded hash of the prompt, so the split does not depend on file order.
+
+The split is stored as a JSON file of ids with hashes: for each held-out pair its source file,
+its id and the sha256 of its row's content (conversation, chosen, rejected), so that a changed
+data file is noticed instead of silently measuring other pairs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from reflectrm.pairs import Pair, read_pairs
+
+
+class SplitError(ValueError):
+    """A split file does not match the data it names; the message says what differs."""
+
+
+def prompt_key(pair: Pair) -> str:
+    """The conversation a pair's responses answer, as a hash: the unit of the split."""
+    turns = [[m.role, m.content] for m in pair.conversation]
+    return hashlib.sha256(json.dumps(turns, ensure_ascii=False).encode()).hexdigest()
+
+
+def pair_hash(pair: Pair) -> str:
+    """The sha256 of what a judge is shown of a pair (conversation, chosen, rejected)."""
+    turns = [[m.role, m.content] for m in pair.conversation]
+    body = json.dumps([turns, pair.chosen, pair.rejected], ensure_ascii=False)
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class SourcePairs:
+    """The pairs of one source file, named as the split file names it (its file name)."""
+
+    name: str
+    pairs: tuple[Pair, ...]
+
+
+def read_sources(paths: Sequence[Path]) -> list[SourcePairs]:
+    return [SourcePairs(p.name, tuple(read_pairs(p))) for p in paths]
+
+
+def make_split(sources: Sequence[SourcePairs], fraction: float, seed: int) -> dict[str, Any]:
+    """Hold out ``fraction`` of each source's pairs, whole prompts at a time, in the order of a
+    seeded hash of the prompt (a prompt's pairs go together, so a source may give a few more)."""
+    if not 0 < fraction < 1:
+        raise ValueError(f"fraction must be between 0 and 1, not {fraction}")
+    held: list[dict[str, str]] = []
+    counts: dict[str, dict[str, int]] = {}
+    for source in sources:
+        groups: dict[str, list[Pair]] = defaultdict(list)
+        for pair in source.pairs:
+            groups[prompt_key(pair)].append(pair)
+        order = sorted(groups, key=lambda k: hashlib.sha256(f"{seed}:{k}".encode()).hexdigest())
+        want = round(fraction * len(source.pairs))
+        taken = 0
+        for key in order:
+            if taken >= want:
+                break
+            for pair in groups[key]:
+                held.append({"source": source.name, "id": pair.id, "sha256": pair_hash(pair)})
+                taken += 1
+        counts[source.name] = {"pairs": len(source.pairs), "held_out": taken}
+    return {
+        "what": "held-out pairs of the training pool: never trained on",
+        "unit": "prompt (every pair of a held-out conversation is held out)",
+        "fraction": fraction,
+        "seed": seed,
+        "sources": counts,
+        "pairs": held,
+    }
+
+
+def held_out_keys(split: dict[str, Any], sources: Sequence[SourcePairs]) -> set[str]:
+    """The prompt keys of the held-out pairs, after checking every named pair is in the data
+    with the same content: a missing id or a changed hash is a SplitError naming it."""
+    by_name = {s.name: {p.id: p for p in s.pairs} for s in sources}
+    keys: set[str] = set()
+    for entry in split["pairs"]:
+        pairs = by_name.get(entry["source"])
+        if pairs is None:
+            continue  # a source not given to this run: nothing of it is trained on
+        pair = pairs.get(entry["id"])
+        if pair is None:
+            raise SplitError(f"held-out pair {entry['source']}:{entry['id']} is not in the data")
+        if pair_hash(pair) != entry["sha256"]:
+            raise SplitError(
+                f"held-out pair {entry['source']}:{entry['id']} has sha256 {pair_hash(pair)}, "
+                f"the split records {entry['sha256']}: the data file changed"
+            )
+        keys.add(prompt_key(pair))
+    return keys
+
+
+def held_out_pairs(split: dict[str, Any], sources: Sequence[SourcePairs]) -> list[Pair]:
+    """The held-out pairs themselves, checked as in ``held_out_keys``, in the split's order."""
+    held_out_keys(split, sources)
+    by_name = {s.name: {p.id: p for p in s.pairs} for s in sources}
+    return [
+        by_name[e["source"]][e["id"]] for e in split["pairs"] if e["source"] in by_name
+    ]
+
+
+def training_pairs(split: dict[str, Any], sources: Iterable[SourcePairs]) -> list[Pair]:
+    """Every pair whose prompt is not held out (in any source)."""
+    sources = list(sources)
+    keys = held_out_keys(split, sources)
+    return [p for s in sources for p in s.pairs if prompt_key(p) not in keys]
+
+
+def write_split(split: dict[str, Any], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(split, indent=1, ensure_ascii=False) + "\n")
+
+
+def read_split(path: Path) -> dict[str, Any]:
+    return dict(json.loads(path.read_text()))
