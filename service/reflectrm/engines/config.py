@@ -60,7 +60,7 @@ class EngineConfig:
     served_model_name: str | None = None
     # 'auto' takes the GPU when the installed vLLM build is the GPU one, so one image fits both.
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    # 'auto' is float32 on the CPU, which has no fast bf16.
+    # 'auto' on the CPU: bfloat16 with bf16 matrix units, else float32 (hardware.cpu_dtype).
     dtype: str = "auto"
     # None: the model's own context length, the longest the checkpoint was trained for.
     max_model_len: int | None = None

@@ -20,6 +20,7 @@ from reflectrm.engines.base import (
 from reflectrm.engines.chat import ChatRenderer
 from reflectrm.engines.config import EngineConfig
 from reflectrm.engines.reaper import Reaper
+from reflectrm.hardware import cpu_dtype
 from reflectrm.judging.types import ChatMessage
 
 log = logging.getLogger(__name__)
@@ -40,7 +41,9 @@ def engine_kwargs(config: EngineConfig) -> dict[str, Any]:
     on_cpu = config.device == "cpu" or (config.device == "auto" and vllm_is_cpu_build())
     dtype = config.dtype
     if dtype == "auto" and on_cpu:
-        dtype = "float32"  # bf16 runs ~5x slower on CPUs without bf16 matmul
+        # bf16 where the CPU has bf16 matrix units (2.6-3.1x float32 here), else float32
+        # (bf16 emulated runs ~5x slower): docs/performance.md.
+        dtype = cpu_dtype()
     kwargs: dict[str, Any] = {
         "model": model_path,
         # The name responses report, also the `model_name` label of the engine's vllm: metrics.

@@ -19,7 +19,7 @@ from typing import Any
 
 from reflectrm.engines import open_engine
 from reflectrm.interrupts import run_command
-from reflectrm.models import CheckpointError
+from reflectrm.models import ARTIFACT_DIR, CheckpointError
 from reflectrm.settings import get_settings
 from reflectrm.training.config import load_settings, parse_overrides, typed
 from reflectrm.training.data import BuildConfig, build, rebuild
@@ -37,6 +37,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     _add_warmup(commands)
     _add_check(commands)
     _add_judge(commands)
+    _add_ship(commands)
+    _add_heldout(commands)
     return train
 
 
@@ -149,10 +151,11 @@ def _add_judge(commands: Any) -> None:
     )
     p.add_argument(
         "--split",
-        required=True,
         type=Path,
+        default=ARTIFACT_DIR / "holdout-split.json",
         help="the held-out split file: read and checked if it exists, else made "
-        "(--holdout-fraction of each file's prompts) and written",
+        "(--holdout-fraction of each file's prompts) and written (default: the shipped "
+        "judge's split)",
     )
     p.add_argument("--holdout-fraction", type=float, default=0.22)
     p.add_argument(
@@ -166,6 +169,12 @@ def _add_judge(commands: Any) -> None:
         "--stop-after", type=int, help="end this session after this many steps (resumable)"
     )
     p.add_argument(
+        "--end-at",
+        type=int,
+        help="end the run at this step and write its adapter (the schedule stays the planned "
+        "one; the summary says it ended early)",
+    )
+    p.add_argument(
         "--set",
         dest="overrides",
         action="append",
@@ -174,6 +183,53 @@ def _add_judge(commands: Any) -> None:
         help="override a JudgeTrainConfig field, e.g. --set max_steps=300 (repeatable)",
     )
     p.set_defaults(func=run_judge)
+
+
+def _add_ship(commands: Any) -> None:
+    p = commands.add_parser(
+        "ship-judge",
+        help="copy a finished judge run's adapter into an artifact folder with its manifest "
+        "(hashes of the adapter, the base model, the data and the split; the run's figures)",
+    )
+    p.add_argument("--run", required=True, type=Path, help="the run folder of `train judge`")
+    p.add_argument("--data", action="append", required=True, type=Path, help="as trained on")
+    p.add_argument(
+        "--split",
+        type=Path,
+        default=ARTIFACT_DIR / "holdout-split.json",
+        help="the held-out split file of the run (default: the shipped judge's)",
+    )
+    p.add_argument("--to", required=True, type=Path, help="the artifact folder to write")
+    p.add_argument("--name", default="reflectrm-judge-smollm2-135m")
+    p.add_argument("--command", required=True, help="the training command, as run")
+    p.add_argument(
+        "--heldout",
+        type=Path,
+        help="a JSON file of held-out figures to record (e.g. an eval report's summary)",
+    )
+    p.set_defaults(func=run_ship)
+
+
+def _add_heldout(commands: Any) -> None:
+    p = commands.add_parser(
+        "heldout", help="write the held-out pairs of a split as a file `reflectrm eval` reads"
+    )
+    p.add_argument("--split", required=True, type=Path)
+    p.add_argument("--data", action="append", required=True, type=Path)
+    p.add_argument("--out", required=True, type=Path, help="a .jsonl or .jsonl.gz file")
+    p.set_defaults(func=run_heldout)
+
+    p = commands.add_parser(
+        "vs-length",
+        help="an evaluation's judge against the length heuristic on the same pairs (paired "
+        "bootstrap over pairs)",
+    )
+    p.add_argument("--pairs", required=True, type=Path, help="the pairs file evaluated")
+    p.add_argument("--results", required=True, type=Path, help="the evaluation's results.jsonl")
+    p.add_argument("--mode", default="single")
+    p.add_argument("--title", default="Held-out pairs")
+    p.add_argument("--out", type=Path, help="write NAME.json and NAME.md (NAME without suffix)")
+    p.set_defaults(func=run_vs_length)
 
 
 Command = Callable[[argparse.Namespace], int]
@@ -309,9 +365,52 @@ def run_judge(args: argparse.Namespace) -> int:
     pairs = training_pairs(split, sources)
     base = base_model_dir() if args.base == "base" else Path(args.base)
     summary = train_judge(
-        base, pairs, args.output_dir, config, resume=args.resume, stop_after=args.stop_after
+        base,
+        pairs,
+        args.output_dir,
+        config,
+        resume=args.resume,
+        stop_after=args.stop_after,
+        end_at=args.end_at,
     )
     print(json.dumps({k: summary[k] for k in ("finished", "step", "steps")}))
+    return 0
+
+
+@_friendly
+def run_ship(args: argparse.Namespace) -> int:
+    from reflectrm.training.ship import ship_judge
+
+    heldout = json.loads(args.heldout.read_text()) if args.heldout else None
+    manifest = ship_judge(
+        args.run, args.data, args.split, args.to, args.name, args.command, heldout
+    )
+    print(json.dumps(manifest["files"], indent=1))
+    return 0
+
+
+@_friendly
+def run_heldout(args: argparse.Namespace) -> int:
+    from reflectrm.training.heldout import export_heldout
+    from reflectrm.training.split import read_sources, read_split
+
+    n = export_heldout(read_split(args.split), read_sources(args.data), args.out)
+    print(f"{n} held-out pairs written to {args.out}")
+    return 0
+
+
+@_friendly
+def run_vs_length(args: argparse.Namespace) -> int:
+    from reflectrm.pairs import read_pairs
+    from reflectrm.training.heldout import compare_with_length, markdown
+
+    result = compare_with_length(list(read_pairs(args.pairs)), args.results, args.mode)
+    text = markdown(result, args.title)
+    print(text)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
+        args.out.with_suffix(".md").write_text(text)
     return 0
 
 

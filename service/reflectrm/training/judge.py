@@ -31,7 +31,6 @@ import json
 import logging
 import math
 import os
-import platform
 import random
 import sys
 import time
@@ -40,6 +39,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from reflectrm.hardware import cpu_has_bf16_matmul, cpu_name
 from reflectrm.judging.prompts import (
     CRITIQUE_VERDICTS,
     RESPONSE_VERDICTS,
@@ -68,7 +68,8 @@ def analysis_text(kind: str, winner: int) -> str:
 def target_text(kind: str, winner: int) -> str:
     """The whole output after the generation prompt (the end of turn is added as a token)."""
     verdicts = RESPONSE_VERDICTS if kind == "preference" else CRITIQUE_VERDICTS
-    return f"<Analysis>{analysis_text(kind, winner)}</Analysis>\n<Result>{verdicts[winner - 1]}</Result>"
+    analysis = analysis_text(kind, winner)
+    return f"<Analysis>{analysis}</Analysis>\n<Result>{verdicts[winner - 1]}</Result>"
 
 
 @dataclass(frozen=True)
@@ -119,29 +120,6 @@ class JudgeTrainConfig:
         if "lora_targets" in clean:
             clean["lora_targets"] = tuple(clean["lora_targets"])
         return cls(**clean)
-
-
-def cpu_has_bf16_matmul() -> bool:
-    """Whether the CPU has bf16 matrix units (AMX-BF16 or AVX512-BF16), from /proc/cpuinfo."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    for line in text.splitlines():
-        if line.startswith("flags"):
-            flags = set(line.split(":", 1)[1].split())
-            return bool({"amx_bf16", "avx512_bf16"} & flags)
-    return False
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def resolve_precision(precision: str) -> str:
@@ -338,11 +316,14 @@ def train_judge(
     say: Callable[[str], None] = print,
     progress_bar: bool = True,
     extra_manifest: dict[str, Any] | None = None,
+    end_at: int | None = None,
 ) -> dict[str, Any]:
     """Train (or resume) a run into ``output_dir``; returns the run's summary.
 
     ``stop_after`` ends this session after that many steps (as an interrupt would, after a
-    checkpoint): the resume test's interruption, and a way to train in slices.
+    checkpoint): the resume test's interruption, and a way to train in slices. ``end_at`` ends
+    the run itself at that step (the adapter is written; the schedule stays the planned one,
+    and the summary records both), for a run that must finish within a time budget.
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -355,15 +336,7 @@ def train_judge(
     output_dir.mkdir(parents=True, exist_ok=True)
     state_path = output_dir / STATE_FILE
     config_path = output_dir / CONFIG_FILE
-    if resume and state_path.is_file():
-        recorded = json.loads(config_path.read_text())
-        if recorded.get("fingerprint") != config.fingerprint():
-            raise ValueError(
-                f"{output_dir} holds a run with other settings ({recorded.get('config')}); "
-                "resume it with the same settings, or train into another folder"
-            )
-    elif state_path.is_file():
-        raise ValueError(f"{output_dir} already holds a run: pass --resume to continue it")
+    _check_resumable(output_dir, config, resume)
 
     torch.manual_seed(config.seed)
     tokenizer = AutoTokenizer.from_pretrained(base_model)
@@ -408,47 +381,28 @@ def train_judge(
     last_checkpoint = time.monotonic()
     session_start = time.monotonic()
     done_this_session = 0
+    last = len(steps) if end_at is None else min(end_at, len(steps))
     with (output_dir / LOG_FILE).open("a") as logf:
-        while progress.step < len(steps):
+        while progress.step < last:
             batch = steps[progress.step]
             lr = lr_at(progress.step, config)
             for group in optimizer.param_groups:
                 group["lr"] = lr
             t0 = time.monotonic()
-            optimizer.zero_grad(set_to_none=True)
-            figures: dict[str, list[float]] = {"loss": [], "decision_loss": [], "correct": []}
-            by_kind: dict[str, list[float]] = {"preference": [], "reflection": []}
-            for item in batch:
-                loss, fig = item_loss(model, item, precision)
-                (loss / len(batch)).backward()
-                figures["loss"].append(float(loss))
-                figures["decision_loss"].append(fig["decision_loss"])
-                figures["correct"].append(fig["decision_correct"])
-                by_kind[item.kind].append(fig["decision_correct"])
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(trainable, config.max_grad_norm))
-            optimizer.step()
+            record = _train_step(model, optimizer, trainable, batch, precision, config)
             progress.step += 1
             elapsed = time.monotonic() - t0
             progress.seconds += elapsed
             done_this_session += 1
-            record = {
-                "step": progress.step,
-                "lr": lr,
-                "loss": _mean(figures["loss"]),
-                "decision_loss": _mean(figures["decision_loss"]),
-                "accuracy": _mean(figures["correct"]),
-                "preference_accuracy": _mean(by_kind["preference"]),
-                "reflection_accuracy": _mean(by_kind["reflection"]) if by_kind["reflection"] else None,
-                "grad_norm": grad_norm,
-                "tokens": sum(len(i.prompt_ids) + len(i.target_ids) for i in batch),
-                "seconds": round(elapsed, 3),
-            }
+            record = {"step": progress.step, "lr": lr, **record, "seconds": round(elapsed, 3)}
             logf.write(json.dumps(record) + "\n")
             logf.flush()
             if bar is not None:
-                bar.set_postfix(loss=f"{record['loss']:.3f}", dloss=f"{record['decision_loss']:.3f}")
+                bar.set_postfix(
+                    loss=f"{record['loss']:.3f}", dloss=f"{record['decision_loss']:.3f}"
+                )
                 bar.update(1)
-            finished = progress.step == len(steps)
+            finished = progress.step == last
             stopping = stop_after is not None and done_this_session >= stop_after
             due = time.monotonic() - last_checkpoint >= config.checkpoint_every_s
             if finished or stopping or due:
@@ -467,6 +421,7 @@ def train_judge(
         "finished": True,
         "step": progress.step,
         "steps": len(steps),
+        "ended_early": progress.step < len(steps),
         "train_seconds": round(progress.seconds, 1),
         "session_seconds": round(time.monotonic() - session_start, 1),
         "precision": precision,
@@ -479,6 +434,52 @@ def train_judge(
     (output_dir / "run-summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     say(f"adapter written to {adapter_dir} ({progress.seconds:.0f} s of training)")
     return summary
+
+
+def _check_resumable(output_dir: Path, config: JudgeTrainConfig, resume: bool) -> None:
+    if resume and (output_dir / STATE_FILE).is_file():
+        recorded = json.loads((output_dir / CONFIG_FILE).read_text())
+        if recorded.get("fingerprint") != config.fingerprint():
+            raise ValueError(
+                f"{output_dir} holds a run with other settings ({recorded.get('config')}); "
+                "resume it with the same settings, or train into another folder"
+            )
+    elif (output_dir / STATE_FILE).is_file():
+        raise ValueError(f"{output_dir} already holds a run: pass --resume to continue it")
+
+
+def _train_step(
+    model: Any,
+    optimizer: Any,
+    trainable: list[Any],
+    batch: Sequence[Item],
+    precision: str,
+    config: JudgeTrainConfig,
+) -> dict[str, Any]:
+    """One optimizer step over the batch (gradients accumulated item by item); its figures."""
+    import torch
+
+    optimizer.zero_grad(set_to_none=True)
+    figures: dict[str, list[float]] = {"loss": [], "decision_loss": [], "correct": []}
+    by_kind: dict[str, list[float]] = {"preference": [], "reflection": []}
+    for item in batch:
+        loss, fig = item_loss(model, item, precision)
+        (loss / len(batch)).backward()
+        figures["loss"].append(float(loss.detach()))
+        figures["decision_loss"].append(fig["decision_loss"])
+        figures["correct"].append(fig["decision_correct"])
+        by_kind[item.kind].append(fig["decision_correct"])
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(trainable, config.max_grad_norm))
+    optimizer.step()
+    return {
+        "loss": _mean(figures["loss"]),
+        "decision_loss": _mean(figures["decision_loss"]),
+        "accuracy": _mean(figures["correct"]),
+        "preference_accuracy": _mean(by_kind["preference"]),
+        "reflection_accuracy": _mean(by_kind["reflection"]) if by_kind["reflection"] else None,
+        "grad_norm": grad_norm,
+        "tokens": sum(len(i.prompt_ids) + len(i.target_ids) for i in batch),
+    }
 
 
 def _mean(values: Sequence[float]) -> float:

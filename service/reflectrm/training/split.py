@@ -108,9 +108,7 @@ def held_out_pairs(split: dict[str, Any], sources: Sequence[SourcePairs]) -> lis
     """The held-out pairs themselves, checked as in ``held_out_keys``, in the split's order."""
     held_out_keys(split, sources)
     by_name = {s.name: {p.id: p for p in s.pairs} for s in sources}
-    return [
-        by_name[e["source"]][e["id"]] for e in split["pairs"] if e["source"] in by_name
-    ]
+    return [by_name[e["source"]][e["id"]] for e in split["pairs"] if e["source"] in by_name]
 
 
 def training_pairs(split: dict[str, Any], sources: Iterable[SourcePairs]) -> list[Pair]:

