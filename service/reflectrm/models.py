@@ -174,7 +174,7 @@ def validate_checkpoint(path: Path, template_version: str | None = None) -> Chec
     return CheckpointInfo(str(path), version, manifest)
 
 
-def resolve_model(model: str, cache_dir: Path, template_version: str) -> str:
+def resolve_model(model: str, cache_dir: Path, template_version: str | None) -> str:
     """What the engine loads: the prepared default, a checked folder, or a hub id."""
     if model == DEFAULT_MODEL:
         path = prepare_default_model(cache_dir, say=lambda m: log.info("%s", m))

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from reflectrm.engines.base import (
+    ChatMessage,
     EngineError,
     FinishReason,
     Generation,
@@ -20,7 +21,6 @@ from reflectrm.engines.base import (
 from reflectrm.engines.chat import ChatRenderer
 from reflectrm.engines.config import EngineConfig
 from reflectrm.engines.reaper import Reaper
-from reflectrm.judging.types import ChatMessage
 
 log = logging.getLogger(__name__)
 
