@@ -4,7 +4,7 @@ returns. It imports nothing of the judging code, which builds the messages."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, TypedDict
 
@@ -124,8 +124,8 @@ class Engine(Protocol):
 
 
 class WrappedEngine:
-    """An Engine that hands everything to ``inner``; subclasses override ``generate`` to add
-    something around each request (metrics, counting)."""
+    """An Engine that hands everything to ``inner``; subclasses override a method to change it
+    (``MeteredEngine`` sees each request)."""
 
     def __init__(self, inner: Engine) -> None:
         self.inner = inner
@@ -148,3 +148,23 @@ class WrappedEngine:
 
     async def check_health(self) -> None:
         await self.inner.check_health()
+
+
+# Told of each request an engine completes: its request id and its result.
+RequestObserver = Callable[[str, GenerationResult], None]
+
+
+class MeteredEngine(WrappedEngine):
+    """The one metering wrapper: an Engine that tells ``observe`` of every request it completes
+    (the service's metrics, an evaluation's count of engine work)."""
+
+    def __init__(self, inner: Engine, observe: RequestObserver) -> None:
+        super().__init__(inner)
+        self.observe = observe
+
+    async def generate(
+        self, prompt: Prompt, spec: SamplingSpec, request_id: str
+    ) -> GenerationResult:
+        result = await self.inner.generate(prompt, spec, request_id)
+        self.observe(request_id, result)
+        return result
