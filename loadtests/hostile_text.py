@@ -37,11 +37,11 @@ from pathlib import Path
 from typing import Any
 
 from reflectrm.engines import open_engine, resolve
-from reflectrm.engines.base import Engine, Prompt, WrappedEngine
+from reflectrm.engines.base import ChatMessage, Engine, Prompt, WrappedEngine
 from reflectrm.engines.chat import chat_template_kwargs, marker_ids
 from reflectrm.judging import prompts
 from reflectrm.judging.judge import Judge, JudgeConfig, PreparedJudgment
-from reflectrm.judging.types import ChatMessage, Judgment, JudgmentSpec, Message
+from reflectrm.judging.types import Judgment, JudgmentSpec, Message
 from reflectrm.settings import get_settings
 
 DATA = (

@@ -27,8 +27,7 @@ import httpx
 import uvicorn
 
 from reflectrm.app import create_app
-from reflectrm.engines.base import GenerationResult, Prompt, SamplingSpec
-from reflectrm.judging.types import ChatMessage, plain_text
+from reflectrm.engines.base import ChatMessage, GenerationResult, Prompt, SamplingSpec, plain_text
 from reflectrm.settings import Settings
 
 BODY = {"prompt": "x", "responses": ["a", "b"]}

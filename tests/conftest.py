@@ -9,8 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from reflectrm.engines.base import EngineError, Generation, GenerationResult, Prompt, SamplingSpec
-from reflectrm.judging.types import ChatMessage, plain_text
+from reflectrm.engines.base import (
+    ChatMessage,
+    EngineError,
+    Generation,
+    GenerationResult,
+    Prompt,
+    SamplingSpec,
+    plain_text,
+)
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 

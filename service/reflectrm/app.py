@@ -18,7 +18,7 @@ from reflectrm.api.nemo_gym import router as nemo_gym_router
 from reflectrm.api.routes import router
 from reflectrm.engines import open_engine
 from reflectrm.engines.base import Engine
-from reflectrm.instrumentation import MeteredJudge
+from reflectrm.instrumentation import metered_judge
 from reflectrm.models import CheckpointError
 from reflectrm.serving.lifecycle import Lifecycle
 from reflectrm.serving.service import JudgingService
@@ -58,14 +58,14 @@ def create_app(
             return
         if lifecycle.draining:
             return  # stopping already: the engine closes with the stack
-        service.serve_with(MeteredJudge(loaded, settings.judge_config(), service.metrics))
+        service.serve_with(metered_judge(loaded, settings.judge_config(), service.metrics))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with contextlib.AsyncExitStack() as stack:
             loader = None
             if engine is not None:
-                service.serve_with(MeteredJudge(engine, settings.judge_config(), service.metrics))
+                service.serve_with(metered_judge(engine, settings.judge_config(), service.metrics))
             else:
                 loader = asyncio.create_task(load(stack))
             lifecycle.start()

@@ -199,7 +199,7 @@ def prepare_default_judge(
     return path
 
 
-def resolve_model(model: str, cache_dir: Path, template_version: str) -> str:
+def resolve_model(model: str, cache_dir: Path, template_version: str | None) -> str:
     """What the engine loads: the shipped judge, the prepared base model, a checked folder, or
     a hub id."""
     if model in (DEFAULT_MODEL, BASE_MODEL):

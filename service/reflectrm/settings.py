@@ -2,7 +2,8 @@
 
 Knobs that belong to the engine, the judge or the background swap checks are declared, with
 their defaults, in those parts' own configs (``EngineConfig``, ``RemoteConfig``, ``JudgeConfig``,
-``SwapCheckConfig``); the settings mirroring them take their defaults from there, and
+and ``SwapCheckConfig``, which is declared here since the serving layer sits above the settings);
+the settings mirroring them take their defaults from there, and
 ``engine_config()``, ``judge_config()`` and ``swap_check_config()`` build the configs from the
 settings. ``get_settings()`` reads the environment: the one place that does outside tests.
 """
@@ -20,12 +21,12 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from reflectrm.engines.config import EngineConfig, RemoteConfig
 from reflectrm.judging.config import JudgeConfig
 from reflectrm.models import DEFAULT_MODEL, default_cache_dir
-from reflectrm.serving.swap_checks import SwapCheckConfig
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_MODEL",
     "Settings",
+    "SwapCheckConfig",
     "config_sources",
     "default_cache_dir",
     "get_settings",
@@ -36,6 +37,26 @@ __all__ = [
 # sent as a \uXXXX escape is 6 bytes and such text has 1-2 characters per token; ASCII text
 # averages about 4), so 2 MiB; twice that for headroom. docs/reliability.md has the arithmetic.
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
+
+
+# The background swap checks' knobs (serving/swap_checks.py). Declared here, not beside the
+# checker: the serving layer sits above the settings, which build this config and import no
+# serving module.
+@dataclasses.dataclass(frozen=True)
+class SwapCheckConfig:
+    # Fraction of answered judgments (with a verdict) re-judged in the swapped order.
+    fraction: float = 0.05
+    # Checks waiting for a slot; past it new ones are dropped.
+    max_pending: int = 8
+    # Checks running at once.
+    concurrency: int = 1
+    # Live judgments in flight at which checks are not started and running ones are cancelled.
+    busy_in_flight: int = 4
+    # How often a running check looks at the live load.
+    poll_s: float = 0.25
+    # A check still running after this long is abandoned, so a stuck one cannot hold its slot.
+    timeout_s: float = 900.0
+
 
 # The configs' defaults, which the settings mirroring them take.
 _ENGINE = EngineConfig()
@@ -76,7 +97,7 @@ class Settings(BaseSettings):
         description="Where the default model is converted to safetensors (outside the repo).",
     )
     template_version: str = Field(
-        _ENGINE.template_version, description="Prompt template version; see judging/prompts.py."
+        _JUDGE.template_version, description="Prompt template version; see judging/prompts.py."
     )
 
     # --- HTTP --------------------------------------------------------------------------------

@@ -13,8 +13,8 @@ from fastapi.testclient import TestClient
 from reflectrm.app import create_app
 from reflectrm.judging.types import EngineUsage, Judgment, JudgmentSpec, Message, Trace
 from reflectrm.metrics import Metrics
-from reflectrm.serving.swap_checks import SwapCheckConfig, SwapChecker
-from reflectrm.settings import Settings
+from reflectrm.serving.swap_checks import SwapChecker
+from reflectrm.settings import Settings, SwapCheckConfig
 from tests.api.test_contract import GOOD
 from tests.api.test_metrics import Samples, parse, scrape, value
 from tests.conftest import ScriptedEngine, judgment

@@ -413,8 +413,8 @@ def test_markup_changes_the_tokens_of_its_own_text_only(tokenizer: Any, version:
 def test_a_marker_spelled_across_the_edge_of_a_quoted_text_is_not_made(
     smol_tokenizer: Any,
 ) -> None:
+    from reflectrm.engines.base import Quoted
     from reflectrm.engines.chat import ChatRenderer
-    from reflectrm.judging.types import Quoted
 
     renderer = ChatRenderer(smol_tokenizer)
     im_end = smol_tokenizer.convert_tokens_to_ids("<|im_end|>")

@@ -115,8 +115,8 @@ def test_neutralize_changes_only_the_template_delimiters():
 def test_every_text_of_the_request_is_quoted_never_the_templates_own(version):
     """The engines tokenize Quoted parts as plain text (engines/chat.py): every text that comes
     from the request (turns, responses) or from the model quoting them (critiques) is one."""
+    from reflectrm.engines.base import Quoted, plain_text
     from reflectrm.judging.prompts import get_template, preference_chat, reflection_chat
-    from reflectrm.judging.types import Quoted, plain_text
 
     template = get_template(version)
     conversation = (

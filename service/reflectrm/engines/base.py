@@ -1,14 +1,43 @@
-"""The one narrow interface between the judging code and a text-generation engine."""
+"""The one narrow interface between the judging code and a text-generation engine, and its
+vocabulary: the chat messages an engine renders (their quoted parts never markup) and what it
+returns. It imports nothing of the judging code, which builds the messages."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
-
-from reflectrm.judging.types import ChatMessage
+from typing import Literal, Protocol, TypedDict
 
 FinishReason = Literal["stop", "length", "abort"]
+
+
+@dataclass(frozen=True)
+class Quoted:
+    """A text the prompt quotes rather than says: a conversation turn, a judged response, a
+    critique. Engines tokenize it as plain text only, so whatever it contains (``<|im_end|>``,
+    ``<think>``, the end-of-text token) it never becomes a special token or a chat marker of the
+    model (engines/chat.py); only the chat template and the prompt's own text make those."""
+
+    text: str
+
+
+# A message's content: the prompt's own text (a str), or a sequence of its own text and quoted
+# texts, in order.
+Content = str | tuple[str | Quoted, ...]
+
+
+class ChatMessage(TypedDict):
+    """One message of a chat as the engines render it (``Engine.render_chat``)."""
+
+    role: str
+    content: Content
+
+
+def plain_text(content: Content) -> str:
+    """The content as one string, the quoted texts inserted as they are."""
+    if isinstance(content, str):
+        return content
+    return "".join(p.text if isinstance(p, Quoted) else p for p in content)
 
 
 class EngineError(RuntimeError):
@@ -95,8 +124,8 @@ class Engine(Protocol):
 
 
 class WrappedEngine:
-    """An Engine that hands everything to ``inner``; subclasses override ``generate`` to add
-    something around each request (metrics, counting)."""
+    """An Engine that hands everything to ``inner``; subclasses override a method to change it
+    (``MeteredEngine`` sees each request)."""
 
     def __init__(self, inner: Engine) -> None:
         self.inner = inner
@@ -119,3 +148,23 @@ class WrappedEngine:
 
     async def check_health(self) -> None:
         await self.inner.check_health()
+
+
+# Told of each request an engine completes: its request id and its result.
+RequestObserver = Callable[[str, GenerationResult], None]
+
+
+class MeteredEngine(WrappedEngine):
+    """The one metering wrapper: an Engine that tells ``observe`` of every request it completes
+    (the service's metrics, an evaluation's count of engine work)."""
+
+    def __init__(self, inner: Engine, observe: RequestObserver) -> None:
+        super().__init__(inner)
+        self.observe = observe
+
+    async def generate(
+        self, prompt: Prompt, spec: SamplingSpec, request_id: str
+    ) -> GenerationResult:
+        result = await self.inner.generate(prompt, spec, request_id)
+        self.observe(request_id, result)
+        return result

@@ -34,8 +34,7 @@ import secrets
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from reflectrm.engines.base import EngineError, Prompt
-from reflectrm.judging.types import ChatMessage, Quoted
+from reflectrm.engines.base import ChatMessage, EngineError, Prompt, Quoted
 
 # A placeholder is a private-use character, a per-prompt nonce, the text's index and another
 # private-use character: nothing a template writes, and never what a quoted text holds (quoted

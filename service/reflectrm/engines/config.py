@@ -2,8 +2,8 @@
 
 The defaults here are the service's defaults: ``Settings`` takes each one from these classes and
 builds them (``Settings.engine_config()``). A script or a test that opens an engine without the
-HTTP service constructs them directly. Imports only leaves: the default model's name and cache
-(models.py) and the prompt template's version.
+HTTP service constructs them directly. Imports only a leaf: the default model's name and cache
+(models.py). The prompt template's version is the judge's, so it is passed in (by the settings).
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from reflectrm.judging.prompts import TEMPLATE_VERSION
 from reflectrm.models import DEFAULT_MODEL, default_cache_dir
 
 EngineKind = Literal["vllm", "remote"]
@@ -54,8 +53,9 @@ class EngineConfig:
     model: str = DEFAULT_MODEL
     # Where the default model is converted to safetensors: a user cache, outside the repository.
     cache_dir: Path = field(default_factory=default_cache_dir)
-    # Checkpoints trained for another prompt template version are refused.
-    template_version: str = TEMPLATE_VERSION
+    # Checkpoints trained for another prompt template version are refused: the judge's version,
+    # which the caller passes in (Settings.engine_config() does). None: any version is accepted.
+    template_version: str | None = None
     # The model name responses report; None: the model folder's name.
     served_model_name: str | None = None
     # 'auto' takes the GPU when the installed vLLM build is the GPU one, so one image fits both.

@@ -45,19 +45,20 @@ from typing import Any
 import httpx
 
 from reflectrm.engines.base import (
+    ChatMessage,
     EngineError,
     FinishReason,
     Generation,
     GenerationResult,
     Prompt,
     SamplingSpec,
+    plain_text,
 )
 from reflectrm.engines.chat import ChatRenderer
 from reflectrm.engines.config import EngineConfig, RemoteConfig
 from reflectrm.engines.request_ids import judgment_id_of
-from reflectrm.judging.types import ChatMessage, plain_text
+from reflectrm.models import DEFAULT_MODEL
 from reflectrm.retry import AttemptResult, RetryPolicy, retry_call, retry_call_async
-from reflectrm.settings import DEFAULT_MODEL
 
 log = logging.getLogger(__name__)
 

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from reflectrm.engines.base import (
+    ChatMessage,
     EngineError,
     FinishReason,
     Generation,
@@ -21,7 +22,6 @@ from reflectrm.engines.chat import ChatRenderer
 from reflectrm.engines.config import EngineConfig
 from reflectrm.engines.reaper import Reaper
 from reflectrm.hardware import cpu_dtype
-from reflectrm.judging.types import ChatMessage
 
 log = logging.getLogger(__name__)
 

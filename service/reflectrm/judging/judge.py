@@ -11,7 +11,7 @@ import asyncio
 import dataclasses
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from reflectrm.aio import gather_all
@@ -89,11 +89,19 @@ class Samples:
 
 
 class Judge:
-    """Runs judgments against one engine. Construct once; safe to share between requests."""
+    """Runs judgments against one engine. Construct once; safe to share between requests.
+    ``on_run``, when given, is told of every judgment ``run`` completes (the service's metrics),
+    whoever started it."""
 
-    def __init__(self, engine: Engine, config: JudgeConfig) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        config: JudgeConfig,
+        on_run: Callable[[Judgment], None] | None = None,
+    ) -> None:
         self.engine = engine
         self.config = config
+        self.on_run = on_run
         self.template = get_template(config.template_version)
         self._reflection_extra_tokens = self._measure_reflection_extra_tokens()
 
@@ -141,7 +149,10 @@ class Judge:
 
     async def run(self, prepared: PreparedJudgment, request_id: str) -> Judgment:
         samples = await self.sample(prepared, request_id)
-        return await self.run_from(prepared.request, samples, request_id)
+        judgment = await self.run_from(prepared.request, samples, request_id)
+        if self.on_run is not None:
+            self.on_run(judgment)
+        return judgment
 
     def stage1_spec(self, request: JudgmentSpec, n: int | None = None) -> SamplingSpec:
         """The stage-1 request: one greedy output in single mode, else ``n`` (default the

@@ -11,7 +11,8 @@ import string
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from reflectrm.judging.types import ChatMessage, Message, Quoted, plain_text
+from reflectrm.engines.base import ChatMessage, Quoted, plain_text
+from reflectrm.judging.types import Message
 
 TEMPLATE_VERSION = "v1"
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, TypedDict, get_args
+from typing import TYPE_CHECKING, Literal, get_args
 
 if TYPE_CHECKING:
     from reflectrm.engines.base import GenerationResult
@@ -20,35 +20,6 @@ Ablation = Literal["none", "random_anchor", "random_winners", "anchor_only"]
 class Message:
     role: Role
     content: str
-
-
-@dataclass(frozen=True)
-class Quoted:
-    """A text the prompt quotes rather than says: a conversation turn, a judged response, a
-    critique. Engines tokenize it as plain text only, so whatever it contains (``<|im_end|>``,
-    ``<think>``, the end-of-text token) it never becomes a special token or a chat marker of the
-    model (engines/chat.py); only the chat template and the prompt's own text make those."""
-
-    text: str
-
-
-# A message's content: the prompt's own text (a str), or a sequence of its own text and quoted
-# texts, in order.
-Content = str | tuple[str | Quoted, ...]
-
-
-class ChatMessage(TypedDict):
-    """One message of a chat as the engines render it (``Engine.render_chat``)."""
-
-    role: str
-    content: Content
-
-
-def plain_text(content: Content) -> str:
-    """The content as one string, the quoted texts inserted as they are."""
-    if isinstance(content, str):
-        return content
-    return "".join(p.text if isinstance(p, Quoted) else p for p in content)
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,10 @@
 """The judging service: one object between the HTTP edge and the judge, written once around any
 call (TGI's ``Infer``). It holds the judge (once the engine is up), admission, the metrics and the
 background swap checks, and offers the operations the routes need: a pair, a batch of pairs, a
-group of completions, per-sample rewards. Each applies the server's defaults and limits, runs its
-judgments admitted (a slot each, under the deadline), is cancelled when its caller goes away, and
-is counted in the metrics and the call's log line. It raises the service's own exceptions
-(``serving.errors``) and knows nothing of HTTP.
+group of completions, per-sample rewards. Each applies the server's defaults and limits
+(``serving.limits``), runs its judgments admitted (a slot each, under the deadline), is cancelled
+when its caller goes away, and is counted in the metrics and the call's log line. It raises the
+service's own exceptions (``serving.errors``) and knows nothing of HTTP.
 
 Admission: every judgment takes its own slot, so a batch or a group that needs N judgments queues
 as N judgments in the same first-come-first-served queue as single calls (a group's wait is
@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
-import secrets
 from collections.abc import Coroutine, Hashable, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -27,12 +26,11 @@ from reflectrm.aio import gather_all
 from reflectrm.judging.answers import answer_pair
 from reflectrm.judging.debias import both_orders, flipped, single_order
 from reflectrm.judging.groups import Comparison, design
-from reflectrm.judging.groups import judgments as group_judgments
 from reflectrm.judging.judge import Judge, PromptTooLongError, consistent, swapped
 from reflectrm.judging.types import Judgment, JudgmentSpec, Message
 from reflectrm.metrics import Metrics
 from reflectrm.serving.admission import Admission, until_disconnected
-from reflectrm.serving.cohorts import Cohort, Cohorts, CohortTerms, Seat
+from reflectrm.serving.cohorts import Cohort, Cohorts, Seat
 from reflectrm.serving.context import CallContext
 from reflectrm.serving.errors import (
     InvalidRequestError,
@@ -41,8 +39,8 @@ from reflectrm.serving.errors import (
     UnavailableError,
     outcome_of,
 )
+from reflectrm.serving.limits import Limits, new_seed, sample_response
 from reflectrm.serving.reuse import How, Reuse
-from reflectrm.serving.samples import split_query
 from reflectrm.serving.swap_checks import SwapChecker, swap_result
 from reflectrm.serving.types import (
     BatchResult,
@@ -66,25 +64,12 @@ T = TypeVar("T")
 LOADING = "the engine is loading; retry when GET /ready answers 200"
 
 
-def new_seed() -> int:
-    return secrets.randbelow(2**31)
-
-
-def _samples(request: JudgmentSpec) -> int:
-    """Stage-1 outputs of one judgment: one greedy output in single mode."""
-    return 1 if request.mode == "single" else request.num_candidates
-
-
 def _conversation_id(conversation: Sequence[Message]) -> str:
     """A cohort keyed by its conversation, named in replies by a digest of it."""
     digest = hashlib.sha256()
     for message in conversation:
         digest.update(f"{message.role}\0{message.content}\0".encode())
     return f"conversation:{digest.hexdigest()[:16]}"
-
-
-def _group_samples(spec: GroupSpec) -> int:
-    return 1 if spec.mode == "single" else spec.num_candidates
 
 
 class JudgingService:
@@ -95,6 +80,7 @@ class JudgingService:
         # Why the service is not judging (the engine is loading, failed, or the service is
         # stopping); None while it serves.
         self.unavailable: str | None = LOADING
+        self.limits = Limits(settings)
         s = settings
         self.admission = Admission(
             s.max_concurrent_judgments,
@@ -169,8 +155,8 @@ class JudgingService:
         """One pair, in one order or both (debias swap, check_swap)."""
         judge = self.require_judge()
         with self._observed(call, ask.mode):
-            request = self._pair_request(ask)
-            self._check_work([(self._pair_judgments(ask), _samples(request), request.max_tokens)])
+            request = self.limits.pair_request(ask)
+            self.limits.check_pair(ask, request)
             result, how = await self._cancellable(
                 call, self._reused_pair(judge, call, ask, request, "")
             )
@@ -187,10 +173,7 @@ class JudgingService:
         the deadline, a disconnect) fails the whole batch."""
         judge = self.require_judge()
         with self._observed(call, mode):
-            self._check_count(
-                "items", len(items), self.settings.max_batch_items, "REFLECTRM_MAX_BATCH_ITEMS"
-            )
-            self._check_batch_work([item for item in items if isinstance(item, PairAsk)])
+            self.limits.check_batch(items)
             work = [self._batch_item(judge, call, k, item) for k, item in enumerate(items)]
             done = await self._cancellable(call, gather_all(work))
             result = BatchResult(tuple(done), self._envelope(judge, call, call.request_id))
@@ -207,8 +190,8 @@ class JudgingService:
         """One reward per completion of a group, by the ask's strategy."""
         judge = self.require_judge()
         with self._observed(call, ask.mode):
-            spec = self._group_spec(ask)
-            self._check_work([(self._group_judgments(spec), _group_samples(spec), spec.max_tokens)])
+            spec = self.limits.group_spec(ask)
+            self.limits.check_groups([spec])
             result = await self._cancellable(call, self._reused_group(judge, call, spec, ""))
             self._record_many(
                 call,
@@ -237,10 +220,8 @@ class JudgingService:
         judged against its label as a reference-strategy group of one."""
         judge = self.require_judge()
         with self._observed(call, options.mode):
-            specs = self._sample_specs(samples, options)
-            self._check_work(
-                [(self._group_judgments(sp), _group_samples(sp), sp.max_tokens) for sp in specs]
-            )
+            specs = self.limits.sample_specs(samples, options)
+            self.limits.check_groups(specs)
             groups = [
                 self._reused_group(judge, call, spec, f"-q{k}") for k, spec in enumerate(specs)
             ]
@@ -259,13 +240,11 @@ class JudgingService:
             raise InvalidRequestError("group rewards per sample need group_size")
         judge = self.require_judge()
         with self._observed(call, options.mode):
-            self._check_count(
-                "samples", len(samples), self.settings.max_batch_items, "REFLECTRM_MAX_BATCH_ITEMS"
-            )
+            self.limits.check_samples(len(samples))
             asks = [
                 MemberAsk(
                     conversation=(Message("user", sample.prompt),),
-                    completion=self._sample_response(k, sample),
+                    completion=sample_response(k, sample),
                     group_size=options.group_size,
                     strategy=options.strategy,
                     mode=options.mode,
@@ -296,36 +275,7 @@ class JudgingService:
 
     def _seat(self, call: CallContext, ask: MemberAsk) -> Seat:
         """The call's member in its cohort, after the server's defaults and limits."""
-        s = self.settings
-        if not 2 <= ask.group_size <= s.max_group_size:
-            raise InvalidRequestError(
-                f"group_size is {ask.group_size}; a cohort has 2 to {s.max_group_size} members "
-                "(REFLECTRM_MAX_GROUP_SIZE)"
-            )
-        if ask.strategy == "reference":
-            raise InvalidRequestError(
-                "strategy reference judges each completion alone against a reference: send it "
-                "without group_size (no cohort is needed)"
-            )
-        timeout_s = s.cohort_timeout_s if ask.cohort_timeout_s is None else ask.cohort_timeout_s
-        if not 0 < timeout_s <= s.max_cohort_timeout_s:
-            raise InvalidRequestError(
-                f"cohort_timeout_s is {timeout_s:g}; this server allows more than 0 and at most "
-                f"{s.max_cohort_timeout_s:g} (REFLECTRM_MAX_COHORT_TIMEOUT_S)"
-            )
-        terms = CohortTerms(
-            group_size=ask.group_size,
-            strategy=ask.strategy,
-            mode=ask.mode,
-            debias=ask.debias,
-            num_candidates=ask.num_candidates or s.num_candidates,
-            max_tokens=self._max_tokens(ask.max_tokens),
-            seed=ask.seed,
-            timeout_s=timeout_s,
-        )
-        samples = 1 if terms.mode == "single" else terms.num_candidates
-        whole = group_judgments(ask.strategy, ask.group_size, ask.debias)
-        self._check_work([(whole, samples, terms.max_tokens)])
+        terms = self.limits.cohort_terms(ask)
         group_id = ask.group_id if ask.group_id is not None else _conversation_id(ask.conversation)
         key = ("cohort", call.tenant, ask.group_id or ask.conversation)
         payload = (call.tenant, ask.conversation)
@@ -394,147 +344,6 @@ class JudgingService:
         )
         if result.adopted:
             call.note(reused="adopted")
-
-    # --- defaults and limits ------------------------------------------------------------------
-
-    def _max_tokens(self, requested: int | None) -> int:
-        s = self.settings
-        max_tokens = requested or s.max_tokens
-        if max_tokens > s.max_tokens_limit:
-            raise InvalidRequestError(
-                f"max_tokens is {max_tokens}; this server allows at most "
-                f"{s.max_tokens_limit} (REFLECTRM_MAX_TOKENS_LIMIT)"
-            )
-        return max_tokens
-
-    @staticmethod
-    def _pair_judgments(ask: PairAsk) -> int:
-        return 2 if ask.two_orders else 1
-
-    @staticmethod
-    def _group_judgments(spec: GroupSpec) -> int:
-        """Judgments the group's design takes (its distinct, non-empty completions)."""
-        entries = len(design(spec.strategy, spec.completions, spec.seed, spec.pivot).entries)
-        return group_judgments(spec.strategy, entries, spec.debias)
-
-    def _check_work(self, parts: Sequence[tuple[int, int, int]]) -> None:
-        """One call's engine work, judgments x candidates x max_tokens (summed over its pairs,
-        items or samples), within the bound."""
-        work, limit = sum(j * c * t for j, c, t in parts), self.settings.max_call_work_tokens
-        if work <= limit:
-            return
-        if len(parts) == 1:
-            j, c, t = parts[0]
-            asked = f"{j} judgments x {c} candidates x {t} max_tokens = {work}"
-        else:
-            judgments = sum(j for j, _, _ in parts)
-            asked = f"{judgments} judgments, judgments x candidates x max_tokens summed = {work}"
-        raise TooMuchWorkError(
-            f"this call asks for {asked} tokens of engine work, {work - limit} over this "
-            f"server's bound of {limit} (REFLECTRM_MAX_CALL_WORK_TOKENS); split it, or lower "
-            "num_candidates or max_tokens"
-        )
-
-    def _check_batch_work(self, asks: Sequence[PairAsk]) -> None:
-        s = self.settings
-        self._check_work(
-            [
-                (
-                    self._pair_judgments(a),
-                    1 if a.mode == "single" else (a.num_candidates or s.num_candidates),
-                    a.max_tokens or s.max_tokens,
-                )
-                for a in asks
-            ]
-        )
-
-    @staticmethod
-    def _check_count(what: str, count: int, limit: int, setting: str) -> None:
-        if count > limit:
-            raise InvalidRequestError(
-                f"{count} {what}; this server allows at most {limit} ({setting})"
-            )
-
-    def _pair_request(self, ask: PairAsk) -> JudgmentSpec:
-        if ask.ablation != "none" and not self.settings.allow_ablations:
-            raise InvalidRequestError(
-                f"ablation {ask.ablation!r} is for evaluation and this server does not "
-                "allow it; start it with REFLECTRM_ALLOW_ABLATIONS=true"
-            )
-        return JudgmentSpec(
-            conversation=ask.conversation,
-            responses=ask.responses,
-            mode=ask.mode,
-            num_candidates=ask.num_candidates or self.settings.num_candidates,
-            seed=new_seed() if ask.seed is None else ask.seed,
-            max_tokens=self._max_tokens(ask.max_tokens),
-            ablation=ask.ablation,
-        )
-
-    def _group_spec(self, ask: GroupAsk) -> GroupSpec:
-        self._check_count(
-            "completions",
-            len(ask.completions),
-            self.settings.max_group_size,
-            "REFLECTRM_MAX_GROUP_SIZE",
-        )
-        return GroupSpec(
-            conversation=ask.conversation,
-            completions=ask.completions,
-            reference=ask.reference,
-            strategy=ask.strategy,
-            pivot=ask.pivot,
-            mode=ask.mode,
-            debias=ask.debias,
-            num_candidates=ask.num_candidates or self.settings.num_candidates,
-            max_tokens=self._max_tokens(ask.max_tokens),
-            seed=new_seed() if ask.seed is None else ask.seed,
-            seed_drawn=ask.seed is None,
-        )
-
-    def _sample_specs(
-        self, samples: Sequence[SampleAsk], options: SampleOptions
-    ) -> list[GroupSpec]:
-        self._check_count(
-            "samples", len(samples), self.settings.max_batch_items, "REFLECTRM_MAX_BATCH_ITEMS"
-        )
-        specs = []
-        for k, sample in enumerate(samples):
-            prompt, label = sample.prompt, sample.label
-            response = self._sample_response(k, sample)
-            if label is None or not label.strip():
-                raise InvalidRequestError(
-                    f"sample {k}: no label; each sample is judged against its label as the "
-                    "reference answer (OpenRLHF: --data.label_key naming a reference-answer field)"
-                )
-            ask = GroupAsk(
-                conversation=(Message("user", prompt),),
-                completions=(response,),
-                strategy="reference",
-                reference=label,
-                mode=options.mode,
-                debias=options.debias,
-                num_candidates=options.num_candidates,
-                max_tokens=options.max_tokens,
-                seed=options.seed,
-            )
-            specs.append(self._group_spec(ask))
-        return specs
-
-    @staticmethod
-    def _sample_response(k: int, sample: SampleAsk) -> str:
-        """The response of a sample: its query after its prompt (``serving.samples``)."""
-        prompt = sample.prompt
-        response = split_query(sample.query, prompt)
-        if response is None:
-            raise InvalidRequestError(
-                f"sample {k}: `query` does not start with its `prompts` entry (nor with the "
-                "end of it, as a prompt cut from the left leaves), so the response cannot be "
-                "told apart; send query = prompt + response"
-            )
-        if not prompt.strip():
-            raise InvalidRequestError(f"sample {k}: the prompt is empty")
-        return response
 
     # --- running judgments ------------------------------------------------------------------
 
@@ -634,7 +443,7 @@ class JudgingService:
             return item
         suffix = f"-i{index}"
         try:
-            request = self._pair_request(item)
+            request = self.limits.pair_request(item)
             result, how = await self._reused_pair(judge, call, item, request, suffix)
         except (InvalidRequestError, PromptTooLongError) as exc:
             return FailedItem(item.mode, exc)

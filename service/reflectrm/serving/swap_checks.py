@@ -22,25 +22,10 @@ from reflectrm.aio import StoppedError, run_until
 from reflectrm.judging.judge import Judge, consistent, swapped
 from reflectrm.judging.types import Judgment, JudgmentSpec
 from reflectrm.metrics import Metrics, SwapResult
+from reflectrm.settings import SwapCheckConfig
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class SwapCheckConfig:
-    # Fraction of answered judgments (with a verdict) re-judged in the swapped order.
-    fraction: float = 0.05
-    # Checks waiting for a slot; past it new ones are dropped.
-    max_pending: int = 8
-    # Checks running at once.
-    concurrency: int = 1
-    # Live judgments in flight at which checks are not started and running ones are cancelled.
-    busy_in_flight: int = 4
-    # How often a running check looks at the live load.
-    poll_s: float = 0.25
-    # A check still running after this long is abandoned, so a stuck one cannot hold its slot.
-    timeout_s: float = 900.0
 
 
 @dataclass(frozen=True)

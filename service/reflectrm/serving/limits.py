@@ -1,0 +1,242 @@
+"""The server's defaults and limits for a call (TGI's ``validation.rs``): what a call left unset
+takes from the settings, and what it asks beyond them is refused before any judgment is admitted.
+
+Every operation of ``JudgingService`` turns its ask into judging specs here: the defaults filled
+in (num_candidates, max_tokens, a drawn seed), the counts bounded (items, samples, completions,
+a cohort's size and timeout), and the whole call's engine work (judgments x candidates x
+max_tokens) held to REFLECTRM_MAX_CALL_WORK_TOKENS. A refusal is an ``InvalidRequestError`` or a
+``TooMuchWorkError`` naming the setting that bounds it.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+
+from reflectrm.judging.groups import design
+from reflectrm.judging.groups import judgments as group_judgments
+from reflectrm.judging.types import JudgmentSpec, Message
+from reflectrm.serving.cohorts import CohortTerms
+from reflectrm.serving.errors import InvalidRequestError, TooMuchWorkError
+from reflectrm.serving.samples import split_query
+from reflectrm.serving.types import (
+    FailedItem,
+    GroupAsk,
+    GroupSpec,
+    MemberAsk,
+    PairAsk,
+    SampleAsk,
+    SampleOptions,
+)
+from reflectrm.settings import Settings
+
+# One part of a call's engine work: judgments, candidates (stage-1 outputs) each, max_tokens.
+Work = tuple[int, int, int]
+
+
+def new_seed() -> int:
+    return secrets.randbelow(2**31)
+
+
+def _samples(request: JudgmentSpec) -> int:
+    """Stage-1 outputs of one judgment: one greedy output in single mode."""
+    return 1 if request.mode == "single" else request.num_candidates
+
+
+def _group_samples(spec: GroupSpec) -> int:
+    return 1 if spec.mode == "single" else spec.num_candidates
+
+
+def _pair_judgments(ask: PairAsk) -> int:
+    return 2 if ask.two_orders else 1
+
+
+def _group_judgments(spec: GroupSpec) -> int:
+    """Judgments the group's design takes (its distinct, non-empty completions)."""
+    entries = len(design(spec.strategy, spec.completions, spec.seed, spec.pivot).entries)
+    return group_judgments(spec.strategy, entries, spec.debias)
+
+
+def _check_count(what: str, count: int, limit: int, setting: str) -> None:
+    if count > limit:
+        raise InvalidRequestError(f"{count} {what}; this server allows at most {limit} ({setting})")
+
+
+def sample_response(k: int, sample: SampleAsk) -> str:
+    """The response of a sample: its query after its prompt (``serving.samples``)."""
+    prompt = sample.prompt
+    response = split_query(sample.query, prompt)
+    if response is None:
+        raise InvalidRequestError(
+            f"sample {k}: `query` does not start with its `prompts` entry (nor with the "
+            "end of it, as a prompt cut from the left leaves), so the response cannot be "
+            "told apart; send query = prompt + response"
+        )
+    if not prompt.strip():
+        raise InvalidRequestError(f"sample {k}: the prompt is empty")
+    return response
+
+
+class Limits:
+    """The settings' per-call defaults and bounds, applied to each kind of ask."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    # --- a pair, a batch of pairs -------------------------------------------------------------
+
+    def pair_request(self, ask: PairAsk) -> JudgmentSpec:
+        """The pair's judgment, with the server's defaults for what the ask left unset."""
+        if ask.ablation != "none" and not self.settings.allow_ablations:
+            raise InvalidRequestError(
+                f"ablation {ask.ablation!r} is for evaluation and this server does not "
+                "allow it; start it with REFLECTRM_ALLOW_ABLATIONS=true"
+            )
+        return JudgmentSpec(
+            conversation=ask.conversation,
+            responses=ask.responses,
+            mode=ask.mode,
+            num_candidates=ask.num_candidates or self.settings.num_candidates,
+            seed=new_seed() if ask.seed is None else ask.seed,
+            max_tokens=self.max_tokens(ask.max_tokens),
+            ablation=ask.ablation,
+        )
+
+    def check_pair(self, ask: PairAsk, request: JudgmentSpec) -> None:
+        self.check_work([(_pair_judgments(ask), _samples(request), request.max_tokens)])
+
+    def check_batch(self, items: Sequence[PairAsk | FailedItem]) -> None:
+        """The batch's size and its pairs' engine work (an item already failed adds none)."""
+        s = self.settings
+        _check_count("items", len(items), s.max_batch_items, "REFLECTRM_MAX_BATCH_ITEMS")
+        self.check_work(
+            [
+                (
+                    _pair_judgments(a),
+                    1 if a.mode == "single" else (a.num_candidates or s.num_candidates),
+                    a.max_tokens or s.max_tokens,
+                )
+                for a in items
+                if isinstance(a, PairAsk)
+            ]
+        )
+
+    # --- groups, per-sample calls -------------------------------------------------------------
+
+    def group_spec(self, ask: GroupAsk) -> GroupSpec:
+        """The group's spec, with the server's defaults for what the ask left unset."""
+        s = self.settings
+        _check_count(
+            "completions", len(ask.completions), s.max_group_size, "REFLECTRM_MAX_GROUP_SIZE"
+        )
+        return GroupSpec(
+            conversation=ask.conversation,
+            completions=ask.completions,
+            reference=ask.reference,
+            strategy=ask.strategy,
+            pivot=ask.pivot,
+            mode=ask.mode,
+            debias=ask.debias,
+            num_candidates=ask.num_candidates or s.num_candidates,
+            max_tokens=self.max_tokens(ask.max_tokens),
+            seed=new_seed() if ask.seed is None else ask.seed,
+            seed_drawn=ask.seed is None,
+        )
+
+    def check_groups(self, specs: Sequence[GroupSpec]) -> None:
+        """The engine work of a call's groups, summed."""
+        self.check_work([(_group_judgments(sp), _group_samples(sp), sp.max_tokens) for sp in specs])
+
+    def check_samples(self, count: int) -> None:
+        _check_count("samples", count, self.settings.max_batch_items, "REFLECTRM_MAX_BATCH_ITEMS")
+
+    def sample_specs(self, samples: Sequence[SampleAsk], options: SampleOptions) -> list[GroupSpec]:
+        """Each sample as a reference-strategy group of one: its response against its label."""
+        self.check_samples(len(samples))
+        specs = []
+        for k, sample in enumerate(samples):
+            prompt, label = sample.prompt, sample.label
+            response = sample_response(k, sample)
+            if label is None or not label.strip():
+                raise InvalidRequestError(
+                    f"sample {k}: no label; each sample is judged against its label as the "
+                    "reference answer (OpenRLHF: --data.label_key naming a reference-answer field)"
+                )
+            ask = GroupAsk(
+                conversation=(Message("user", prompt),),
+                completions=(response,),
+                strategy="reference",
+                reference=label,
+                mode=options.mode,
+                debias=options.debias,
+                num_candidates=options.num_candidates,
+                max_tokens=options.max_tokens,
+                seed=options.seed,
+            )
+            specs.append(self.group_spec(ask))
+        return specs
+
+    def cohort_terms(self, ask: MemberAsk) -> CohortTerms:
+        """The terms of the member's cohort, after the server's defaults and bounds; the whole
+        cohort's engine work is bounded like a group's."""
+        s = self.settings
+        if not 2 <= ask.group_size <= s.max_group_size:
+            raise InvalidRequestError(
+                f"group_size is {ask.group_size}; a cohort has 2 to {s.max_group_size} members "
+                "(REFLECTRM_MAX_GROUP_SIZE)"
+            )
+        if ask.strategy == "reference":
+            raise InvalidRequestError(
+                "strategy reference judges each completion alone against a reference: send it "
+                "without group_size (no cohort is needed)"
+            )
+        timeout_s = s.cohort_timeout_s if ask.cohort_timeout_s is None else ask.cohort_timeout_s
+        if not 0 < timeout_s <= s.max_cohort_timeout_s:
+            raise InvalidRequestError(
+                f"cohort_timeout_s is {timeout_s:g}; this server allows more than 0 and at most "
+                f"{s.max_cohort_timeout_s:g} (REFLECTRM_MAX_COHORT_TIMEOUT_S)"
+            )
+        terms = CohortTerms(
+            group_size=ask.group_size,
+            strategy=ask.strategy,
+            mode=ask.mode,
+            debias=ask.debias,
+            num_candidates=ask.num_candidates or s.num_candidates,
+            max_tokens=self.max_tokens(ask.max_tokens),
+            seed=ask.seed,
+            timeout_s=timeout_s,
+        )
+        samples = 1 if terms.mode == "single" else terms.num_candidates
+        whole = group_judgments(ask.strategy, ask.group_size, ask.debias)
+        self.check_work([(whole, samples, terms.max_tokens)])
+        return terms
+
+    # --- the bounds every ask shares ----------------------------------------------------------
+
+    def max_tokens(self, requested: int | None) -> int:
+        s = self.settings
+        max_tokens = requested or s.max_tokens
+        if max_tokens > s.max_tokens_limit:
+            raise InvalidRequestError(
+                f"max_tokens is {max_tokens}; this server allows at most "
+                f"{s.max_tokens_limit} (REFLECTRM_MAX_TOKENS_LIMIT)"
+            )
+        return max_tokens
+
+    def check_work(self, parts: Sequence[Work]) -> None:
+        """One call's engine work, judgments x candidates x max_tokens (summed over its pairs,
+        items or samples), within the bound."""
+        work, limit = sum(j * c * t for j, c, t in parts), self.settings.max_call_work_tokens
+        if work <= limit:
+            return
+        if len(parts) == 1:
+            j, c, t = parts[0]
+            asked = f"{j} judgments x {c} candidates x {t} max_tokens = {work}"
+        else:
+            judgments = sum(j for j, _, _ in parts)
+            asked = f"{judgments} judgments, judgments x candidates x max_tokens summed = {work}"
+        raise TooMuchWorkError(
+            f"this call asks for {asked} tokens of engine work, {work - limit} over this "
+            f"server's bound of {limit} (REFLECTRM_MAX_CALL_WORK_TOKENS); split it, or lower "
+            "num_candidates or max_tokens"
+        )
