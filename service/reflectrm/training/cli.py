@@ -214,7 +214,7 @@ def _add_heldout(commands: Any) -> None:
     p = commands.add_parser(
         "heldout", help="write the held-out pairs of a split as a file `reflectrm eval` reads"
     )
-    p.add_argument("--split", required=True, type=Path)
+    p.add_argument("--split", type=Path, default=ARTIFACT_DIR / "holdout-split.json")
     p.add_argument("--data", action="append", required=True, type=Path)
     p.add_argument("--out", required=True, type=Path, help="a .jsonl or .jsonl.gz file")
     p.set_defaults(func=run_heldout)
