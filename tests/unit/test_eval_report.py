@@ -8,8 +8,9 @@ import logging
 
 import pytest
 
-from reflectrm.evaluation import cli, records, report
+from reflectrm.evaluation import cli, records
 from reflectrm.evaluation.benchmarks import JUDGEBENCH, RMB
+from reflectrm.evaluation.pairwise import report
 from reflectrm.evaluation.records import Record
 from tests.unit.test_eval_runner import scripted_engine
 

@@ -12,7 +12,7 @@ import pytest
 from reflectrm.engines.base import GenerationResult, Prompt, SamplingSpec
 from reflectrm.evaluation import records
 from reflectrm.evaluation.benchmarks import JUDGEBENCH, RMB
-from reflectrm.evaluation.runner import (
+from reflectrm.evaluation.pairwise.runner import (
     EVAL_MODES,
     CountingEngine,
     EngineBackend,

@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 
 from reflectrm.engines.base import GenerationResult, Prompt, SamplingSpec
-from reflectrm.evaluation import cli, group_report
-from reflectrm.evaluation.group_data import Group, load_groups, read_groups, sample_groups
-from reflectrm.evaluation.group_report import (
+from reflectrm.evaluation import cli
+from reflectrm.evaluation.groups import report as group_report
+from reflectrm.evaluation.groups.data import Group, load_groups, read_groups, sample_groups
+from reflectrm.evaluation.groups.report import (
     all_above,
     best_of_n,
     chance,
@@ -24,7 +25,7 @@ from reflectrm.evaluation.group_report import (
     kendall_tau_b,
     rmbench_items,
 )
-from reflectrm.evaluation.group_run import (
+from reflectrm.evaluation.groups.runner import (
     GroupSettings,
     InProcessGroups,
     PoolJudgment,
@@ -145,7 +146,7 @@ def _rmbench_rows(item: str = "chat-1") -> list[dict]:
 
 
 def _rmbench_group() -> Group:
-    from reflectrm.evaluation.group_data import rmbench_groups
+    from reflectrm.evaluation.groups.data import rmbench_groups
 
     (g,) = rmbench_groups(iter((f"row {k}", r) for k, r in enumerate(_rmbench_rows())))
     return g

@@ -28,7 +28,7 @@ from reflectrm.evaluation.benchmarks import (
     local_benchmarks,
     sample,
 )
-from reflectrm.evaluation.runner import (
+from reflectrm.evaluation.pairwise.runner import (
     EVAL_MODES,
     CountingEngine,
     EngineBackend,
@@ -244,7 +244,7 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         help="bootstrap resamples for the 95%% intervals (default 1000)",
     )
     out.add_argument("--no-progress", action="store_true", help="no progress bar")
-    from reflectrm.evaluation import group_cli
+    from reflectrm.evaluation.groups import command as group_cli
 
     group_cli.configure(p)
     out.add_argument(
@@ -359,7 +359,7 @@ def service_modes(args: argparse.Namespace, modes: list[str], allowed: bool, why
 
 def run(args: argparse.Namespace) -> int:
     if getattr(args, "groups", False):
-        from reflectrm.evaluation import group_cli
+        from reflectrm.evaluation.groups import command as group_cli
 
         return group_cli.run(args)
     quiet_libraries(getattr(args, "verbose", False))
@@ -396,7 +396,7 @@ def run(args: argparse.Namespace) -> int:
 
 def write_report(results_path: Path, out_dir: Path, resamples: int, seed: int) -> int:
     # Imported here so that `reflectrm --help` works without the eval extra (numpy).
-    from reflectrm.evaluation import report
+    from reflectrm.evaluation.pairwise import report
 
     loaded = records.load(results_path)
     if not loaded.records:

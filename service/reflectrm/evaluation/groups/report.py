@@ -35,15 +35,15 @@ from typing import Any
 
 import numpy as np
 
-from reflectrm.evaluation.group_data import Group
-from reflectrm.evaluation.group_run import (
+from reflectrm.evaluation.groups.data import Group
+from reflectrm.evaluation.groups.runner import (
     POOL_STRATEGY,
     PoolJudgment,
     Work,
     pooled_rewards,
 )
 from reflectrm.evaluation.names import DISPLAY_NAMES, RMBENCH
-from reflectrm.evaluation.report import write_files
+from reflectrm.evaluation.pairwise.report import write_files
 from reflectrm.evaluation.scoring import Item, interval, score
 from reflectrm.judging.debias import Debias
 from reflectrm.judging.groups import NO_VERDICT_REWARD, STRATEGIES, Strategy
@@ -166,7 +166,7 @@ def pools_of(rows: Mapping[tuple[Any, ...], Mapping[str, Any]]) -> dict[str, dic
 
 
 def _complete_pool(group: Group, pool: Mapping[tuple[int, int, int], Any], seed: int) -> bool:
-    from reflectrm.evaluation.group_run import pool_plan
+    from reflectrm.evaluation.groups.runner import pool_plan
 
     return all((u.a, u.b, u.first) in pool for u in pool_plan([group], seed))
 

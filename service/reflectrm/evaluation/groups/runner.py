@@ -37,8 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from reflectrm.evaluation.group_data import Group
-from reflectrm.evaluation.runner import stable_int
+from reflectrm.evaluation.groups.data import Group
+from reflectrm.evaluation.pairwise.runner import stable_int
 from reflectrm.judging.debias import Debias, Debiased, average_scores, unswap_scores, winner_of
 from reflectrm.judging.groups import (
     STRATEGIES,
@@ -408,7 +408,7 @@ class HttpGroups:
 
     def __init__(self, http: httpx.AsyncClient, url: str, retries: int = 5) -> None:
         from reflectrm.client import AsyncClient
-        from reflectrm.evaluation.runner import service_retry_policy
+        from reflectrm.evaluation.pairwise.runner import service_retry_policy
 
         self.url = url.rstrip("/")
         self.retry = service_retry_policy(retries)
@@ -420,7 +420,7 @@ class HttpGroups:
         import httpx
 
         from reflectrm.client import ReflectRMError
-        from reflectrm.evaluation.runner import PERMANENT_STATUS, ServiceRefusedError
+        from reflectrm.evaluation.pairwise.runner import PERMANENT_STATUS, ServiceRefusedError
 
         started = time.perf_counter()
         try:

@@ -12,8 +12,8 @@ from pathlib import Path, PurePath
 from typing import Any, cast
 
 from reflectrm.evaluation import records
-from reflectrm.evaluation.group_data import Group, load_groups, sample_groups
-from reflectrm.evaluation.group_run import (
+from reflectrm.evaluation.groups.data import Group, load_groups, sample_groups
+from reflectrm.evaluation.groups.runner import (
     GroupSettings,
     HttpGroups,
     InProcessGroups,
@@ -109,7 +109,7 @@ def load_all(args: argparse.Namespace) -> tuple[dict[str, Any], list[Group]]:
 
 def run(args: argparse.Namespace) -> int:
     from reflectrm.evaluation.cli import quiet_libraries
-    from reflectrm.evaluation.runner import ServiceRefusedError
+    from reflectrm.evaluation.pairwise.runner import ServiceRefusedError
 
     quiet_libraries(getattr(args, "verbose", False))
     out_dir: Path = args.out_dir
@@ -131,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def write_report(path: Path, out_dir: Path, groups: list[Group], args: argparse.Namespace) -> int:
-    from reflectrm.evaluation import group_report
+    from reflectrm.evaluation.groups import report as group_report
 
     runs, rows = load_rows(path)
     if not rows:
@@ -268,7 +268,7 @@ async def _in_process(
     todo: list[Unit],
 ) -> None:
     from reflectrm.engines import open_engine
-    from reflectrm.evaluation.runner import CountingEngine, EngineWork
+    from reflectrm.evaluation.pairwise.runner import CountingEngine, EngineWork
     from reflectrm.judging.judge import Judge
     from reflectrm.serving.service import JudgingService
 

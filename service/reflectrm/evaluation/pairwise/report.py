@@ -27,8 +27,8 @@ from reflectrm.evaluation.names import (
     JUDGEBENCH,
     MAIN_BENCHMARKS,
 )
+from reflectrm.evaluation.pairwise.runner import BASELINE_MODE, EVAL_MODES, mode_label
 from reflectrm.evaluation.records import Loaded, Record, fingerprint
-from reflectrm.evaluation.runner import BASELINE_MODE, EVAL_MODES, mode_label
 from reflectrm.evaluation.scoring import (
     Item,
     Judged,
