@@ -10,7 +10,7 @@ import pytest
 
 from reflectrm.evaluation import cli, records
 from reflectrm.evaluation.benchmarks import JUDGEBENCH, RMB
-from reflectrm.evaluation.pairwise import report
+from reflectrm.evaluation.pairwise import command, report
 from reflectrm.evaluation.records import Record
 from tests.unit.test_eval_runner import scripted_engine
 
@@ -214,10 +214,10 @@ def fake_engine(monkeypatch):
         starts.append(config.model)
         yield scripted_engine()
 
-    monkeypatch.setattr(cli, "open_engine", engine)
-    monkeypatch.setattr(cli, "resolve", lambda config: config)
+    monkeypatch.setattr(command, "open_engine", engine)
+    monkeypatch.setattr(command, "resolve", lambda config: config)
     monkeypatch.setattr(
-        cli,
+        command,
         "_engine_fingerprint",
         lambda settings, engine: {
             "backend": "in-process",
@@ -304,9 +304,9 @@ def test_library_logs_are_quiet_unless_verbose():
     saved = root.level, logging.getLogger("reflectrm").level
     try:
         root.setLevel(logging.INFO)
-        cli.quiet_libraries(verbose=True)
+        command.quiet_libraries(verbose=True)
         assert httpx_log.isEnabledFor(logging.INFO)
-        cli.quiet_libraries(verbose=False)
+        command.quiet_libraries(verbose=False)
         assert not httpx_log.isEnabledFor(logging.INFO)  # no line per request over --url
         assert httpx_log.isEnabledFor(logging.WARNING)
         assert logging.getLogger("reflectrm.evaluation.cli").isEnabledFor(logging.INFO)
@@ -330,6 +330,6 @@ def test_an_interrupted_run_says_how_to_resume(tmp_path, monkeypatch, capsys):
     def interrupted(args, path):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "judge_all", interrupted)
+    monkeypatch.setattr(command, "judge_all", interrupted)
     assert cli.main(["--out-dir", str(tmp_path)]) == 130
     assert "rerun the same command to resume" in capsys.readouterr().err

@@ -108,7 +108,7 @@ def load_all(args: argparse.Namespace) -> tuple[dict[str, Any], list[Group]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from reflectrm.evaluation.cli import quiet_libraries
+    from reflectrm.evaluation.pairwise.command import quiet_libraries
     from reflectrm.evaluation.pairwise.runner import ServiceRefusedError
 
     quiet_libraries(getattr(args, "verbose", False))
@@ -299,7 +299,7 @@ async def _over_http(
 ) -> None:
     import httpx
 
-    from reflectrm.evaluation.cli import served_model
+    from reflectrm.evaluation.pairwise.command import served_model
 
     timeout = httpx.Timeout(args.timeout, connect=10.0)
     limits = httpx.Limits(max_connections=args.concurrency + 2)
