@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from reflectrm.evaluation import cli, records
+from reflectrm.evaluation import cli, common, records
 from reflectrm.evaluation.benchmarks import JUDGEBENCH, RMB
 from reflectrm.evaluation.pairwise import command, report
 from reflectrm.evaluation.records import Record
@@ -214,11 +214,11 @@ def fake_engine(monkeypatch):
         starts.append(config.model)
         yield scripted_engine()
 
-    monkeypatch.setattr(command, "open_engine", engine)
-    monkeypatch.setattr(command, "resolve", lambda config: config)
+    monkeypatch.setattr(common, "open_engine", engine)
+    monkeypatch.setattr(common, "resolve", lambda config: config)
     monkeypatch.setattr(
         command,
-        "_engine_fingerprint",
+        "engine_fingerprint",
         lambda settings, engine: {
             "backend": "in-process",
             "model": "scripted",
@@ -304,9 +304,9 @@ def test_library_logs_are_quiet_unless_verbose():
     saved = root.level, logging.getLogger("reflectrm").level
     try:
         root.setLevel(logging.INFO)
-        command.quiet_libraries(verbose=True)
+        common.quiet_libraries(verbose=True)
         assert httpx_log.isEnabledFor(logging.INFO)
-        command.quiet_libraries(verbose=False)
+        common.quiet_libraries(verbose=False)
         assert not httpx_log.isEnabledFor(logging.INFO)  # no line per request over --url
         assert httpx_log.isEnabledFor(logging.WARNING)
         assert logging.getLogger("reflectrm.evaluation.cli").isEnabledFor(logging.INFO)

@@ -4,12 +4,12 @@ with ``--groups``)."""
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from pathlib import Path
 from typing import Any
 
 from reflectrm.evaluation.benchmarks import DATA_DIR_ENV
+from reflectrm.evaluation.common import configure_logging, quiet_libraries
 from reflectrm.evaluation.groups import command as groups
 from reflectrm.evaluation.pairwise import command as pairwise
 from reflectrm.evaluation.pairwise.command import DEFAULT_OUT_DIR, PRESETS, RESULTS_NAME
@@ -199,9 +199,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = configure(argparse.ArgumentParser(prog="reflectrm eval"))
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging()
     args = parser.parse_args(argv)
     args.argv = sys.argv[1:] if argv is None else list(argv)
     return run_command(lambda: run(args))
@@ -209,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """``reflectrm eval``: group designs with ``--groups``, benchmark pairs otherwise."""
+    quiet_libraries(getattr(args, "verbose", False))
     if getattr(args, "groups", False):
         return groups.run(args)
     return pairwise.run(args)

@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime as dt
-import logging
-import os
 import sys
 from dataclasses import dataclass
-from pathlib import Path, PurePath
+from pathlib import Path
 from typing import Any
 
-from reflectrm.engines import EngineConfig, open_engine, resolve
+from reflectrm.engines import EngineConfig
 from reflectrm.evaluation import records
 from reflectrm.evaluation.benchmarks import (
     BENCHMARKS,
@@ -27,25 +24,31 @@ from reflectrm.evaluation.benchmarks import (
     local_benchmarks,
     sample,
 )
-from reflectrm.evaluation.pairwise.runner import (
-    EVAL_MODES,
-    CountingEngine,
-    EngineBackend,
-    EngineWork,
-    HttpBackend,
+from reflectrm.evaluation.common import (
     Progress,
     RunSummary,
-    ServiceRefusedError,
-    Unit,
+    UsageError,
+    counted_judge,
+    engine_config,
+    engine_fingerprint,
+    http_client,
     pending,
+    run_end,
+    run_header,
+    run_workload,
+    say,
+    served_model,
+)
+from reflectrm.evaluation.pairwise.runner import (
+    EVAL_MODES,
+    EngineBackend,
+    HttpBackend,
+    Unit,
     plan,
     refusal,
     run_units,
 )
-from reflectrm.judging.judge import Judge
 from reflectrm.settings import get_settings
-
-log = logging.getLogger(__name__)
 
 RESULTS_NAME = "results.jsonl"
 DEFAULT_OUT_DIR = Path("runs") / "eval"
@@ -81,23 +84,6 @@ PRESETS = {
         True,
     ),
 }
-
-
-class UsageError(ValueError):
-    """Options that cannot work together; the message says which."""
-
-
-def quiet_libraries(verbose: bool) -> None:
-    """Unless ``verbose``, only reflectrm's own informational lines: other libraries (httpx logs
-    every request at INFO, vLLM its engine statistics) show warnings and errors only."""
-    if verbose:
-        return
-    root = logging.getLogger()
-    if root.getEffectiveLevel() < logging.WARNING:
-        logging.getLogger("reflectrm").setLevel(root.getEffectiveLevel())
-        root.setLevel(logging.WARNING)
-    # vLLM configures its own logger when imported (the engine's processes inherit this).
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 
 
 # --- resolving the options ------------------------------------------------------------------
@@ -153,7 +139,7 @@ def service_modes(args: argparse.Namespace, modes: list[str], allowed: bool, why
         return modes
     if args.mode and "all" not in args.mode:
         raise UsageError(f"{', '.join(ablations)}: {why}; or drop --url or these modes")
-    print(f"skipping {', '.join(ablations)}: {why}", file=sys.stderr)
+    say(f"skipping {', '.join(ablations)}: {why}")
     return [m for m in modes if m not in ablations]
 
 
@@ -161,36 +147,30 @@ def service_modes(args: argparse.Namespace, modes: list[str], allowed: bool, why
 
 
 def run(args: argparse.Namespace) -> int:
-    quiet_libraries(getattr(args, "verbose", False))
     out_dir: Path = args.out_dir
     results_path = out_dir / RESULTS_NAME
-    try:
-        if not args.score_only:
-            try:
-                summary = judge_all(args, results_path)
-            except KeyboardInterrupt:
-                done = len(records.load(results_path).records)
-                print(
-                    f"\ninterrupted: {done} judgments are saved in {results_path}; rerun the "
-                    "same command to resume",
-                    file=sys.stderr,
-                )
-                return 130
-            if summary is not None and summary.retry_later:
-                print(
-                    f"{summary.retry_later} judgments failed transiently and were not recorded; "
-                    "rerun the same command to retry them",
-                    file=sys.stderr,
-                )
-        return write_report(results_path, out_dir, args.bootstrap, args.seed)
-    except (
-        DatasetError,
-        UsageError,
-        records.ResultsMismatchError,
-        ServiceRefusedError,
-    ) as exc:
-        print(f"reflectrm eval: {exc}", file=sys.stderr)
-        return 2
+
+    def judge() -> None:
+        summary = judge_all(args, results_path)
+        if summary is not None and summary.retry_later:
+            say(
+                f"{summary.retry_later} judgments failed transiently and were not recorded; "
+                "rerun the same command to retry them"
+            )
+
+    def interrupted() -> str:
+        done = len(records.load(results_path).records)
+        return (
+            f"\ninterrupted: {done} judgments are saved in {results_path}; rerun the same "
+            "command to resume"
+        )
+
+    return run_workload(
+        args.score_only,
+        judge,
+        lambda: write_report(results_path, out_dir, args.bootstrap, args.seed),
+        interrupted,
+    )
 
 
 def write_report(results_path: Path, out_dir: Path, resamples: int, seed: int) -> int:
@@ -199,13 +179,13 @@ def write_report(results_path: Path, out_dir: Path, resamples: int, seed: int) -
 
     loaded = records.load(results_path)
     if not loaded.records:
-        print(f"reflectrm eval: no results in {results_path} to score", file=sys.stderr)
+        say(f"reflectrm eval: no results in {results_path} to score")
         return 1
     built = report.build(loaded, results_path, resamples=resamples, seed=seed)
     paths = report.write(built, out_dir)
-    print(report.markdown(built))
+    say(report.markdown(built), file=sys.stdout)
     for kind, path in paths.items():
-        print(f"{kind}: {path}")
+        say(f"{kind}: {path}", file=sys.stdout)
     return 0
 
 
@@ -234,85 +214,49 @@ def judge_all(args: argparse.Namespace, results_path: Path) -> RunSummary | None
         )
     sampled = [sample(b.pairs, limit_for(limits, b.name), args.sample_seed) for b in benchmarks]
     share = bool(getattr(args, "share_samples", True)) and not args.url
-    header: dict[str, Any] = {
-        "type": "run",
-        "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "argv": getattr(args, "argv", None) or sys.argv[1:],
-        "datasets": {b.name: {"source": b.source, "pairs": len(b.pairs)} for b in benchmarks},
-        "sampled": {b.name: len(s) for b, s in zip(benchmarks, sampled, strict=True)},
-        "sample_seed": args.sample_seed,
-        "modes": modes,
-        "both_orders": both_orders,
-        "concurrency": args.concurrency,
-        "share_samples": share,
-        "max_tokens": max_tokens,
-        "num_candidates": n,
-        "seed": args.seed,
-    }
+    header = run_header(
+        args,
+        datasets={b.name: {"source": b.source, "pairs": len(b.pairs)} for b in benchmarks},
+        sampled={b.name: len(s) for b, s in zip(benchmarks, sampled, strict=True)},
+        sample_seed=args.sample_seed,
+        modes=modes,
+        both_orders=both_orders,
+        concurrency=args.concurrency,
+        share_samples=share,
+        max_tokens=max_tokens,
+        num_candidates=n,
+        seed=args.seed,
+    )
     existing = records.load(results_path)
 
     def todo_for(run_modes: list[str]) -> list[Unit]:
         header["modes"] = run_modes
         units = plan(interleave(sampled), run_modes, both_orders, args.seed, n, max_tokens)
         todo = pending(units, (r.key for r in existing.records))
-        print(
+        say(
             f"{len(units)} judgments planned ({sum(len(s) for s in sampled)} pairs x "
             f"{2 if both_orders else 1} orders x {len(run_modes)} modes); "
-            f"{len(units) - len(todo)} already in {results_path}; {len(todo)} to judge",
-            file=sys.stderr,
+            f"{len(units) - len(todo)} already in {results_path}; {len(todo)} to judge"
         )
         refused = {u.pair.id: refusal(u) for u in todo if refusal(u)}
         if refused:
             first_id, why = next(iter(refused.items()))
-            print(
+            say(
                 f"{len(refused)} pair(s) will be recorded as errors without judging, e.g. "
                 f"{first_id!r}: {why}. The service refuses empty texts (HTTP 422) and the "
-                "in-process judge applies the same rule; they score as no verdict",
-                file=sys.stderr,
+                "in-process judge applies the same rule; they score as no verdict"
             )
         return todo
 
     if args.url:
         return asyncio.run(_judge_http(args, header, existing, results_path, modes, todo_for))
     todo = todo_for(modes)
-    engine = resolve(settings.engine_config())  # resolved once, before judging and for the header
-    header.update(_engine_fingerprint(settings, engine))
+    engine = engine_config(settings)
+    header.update(engine_fingerprint(settings, engine))
     records.check_compatible(existing, header, results_path)
     if not todo:
         return None
     return asyncio.run(_judge_in_process(args, settings, engine, header, results_path, todo))
-
-
-def _engine_fingerprint(settings: Any, engine: EngineConfig) -> dict[str, Any]:
-    path = engine.model
-    return {
-        "backend": "in-process",
-        "model": settings.served_model_name or PurePath(path).name or path,
-        "model_path": path,
-        "template_version": settings.template_version,
-        "temperature": settings.temperature,
-        "enforce_format": settings.enforce_format,
-        "early_exit": settings.early_exit,
-    }
-
-
-def _finish(
-    writer: records.Writer, summary: RunSummary, share: bool, work: EngineWork | None = None
-) -> None:
-    row: dict[str, Any] = {
-        "type": "run_end",
-        "finished": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "judged": summary.judged,
-        "errors": summary.errors,
-        "retry_later": summary.retry_later,
-        "seconds": round(summary.seconds, 1),
-        "generated_tokens": summary.generated_tokens,
-        "share_samples": share,
-    }
-    if work is not None:
-        # What the engine was really asked for; the records' costs are each judgment's own.
-        row["engine_work"] = work.as_dict()
-    writer.write(row)
 
 
 async def _judge_in_process(
@@ -324,14 +268,13 @@ async def _judge_in_process(
     todo: list[Unit],
 ) -> RunSummary:
     share = bool(header["share_samples"])
-    async with open_engine(engine_cfg) as engine:
-        work = EngineWork()
-        backend = EngineBackend(Judge(CountingEngine(engine, work), settings.judge_config()))
+    async with counted_judge(engine_cfg, settings) as (judge, work):
         with records.Writer(results_path) as writer:
             writer.write(header)
             progress = Progress(len(todo), enabled=not args.no_progress)
+            backend = EngineBackend(judge)
             summary = await run_units(todo, backend, writer, args.concurrency, progress, share)
-            _finish(writer, summary, share, work)
+            writer.write(run_end(_counts(summary, share), work))
     return summary
 
 
@@ -345,20 +288,6 @@ ABLATION_PROBE = {
     "max_tokens": 16,
     "seed": 0,
 }
-
-
-async def served_model(client: Any, url: str) -> Any:
-    """The model a running service at ``url`` serves (its GET /ready); UsageError when it cannot
-    be reached or is not ready."""
-    import httpx
-
-    try:
-        ready = await client.get(url.rstrip("/") + "/ready")
-    except httpx.TransportError as exc:
-        raise UsageError(f"cannot reach {url} ({type(exc).__name__}: {exc})") from None
-    if ready.status_code != 200:
-        raise UsageError(f"{url}/ready answered {ready.status_code}: {ready.text[:300]}")
-    return ready.json().get("model")
 
 
 async def _ablations_allowed(client: Any, url: str) -> tuple[bool, str]:
@@ -381,11 +310,7 @@ async def _judge_http(
     modes: list[str],
     todo_for: Any,
 ) -> RunSummary | None:
-    import httpx
-
-    timeout = httpx.Timeout(args.timeout, connect=10.0)
-    limits = httpx.Limits(max_connections=args.concurrency + 2)
-    async with httpx.AsyncClient(timeout=timeout, limits=limits) as client:
+    async with http_client(args.timeout, args.concurrency) as client:
         model = await served_model(client, args.url)
         if any(EVAL_MODES[m].ablation != "none" for m in modes):
             allowed, why = await _ablations_allowed(client, args.url)
@@ -400,5 +325,17 @@ async def _judge_http(
             progress = Progress(len(todo), enabled=not args.no_progress)
             backend = HttpBackend(client, args.url)
             summary = await run_units(todo, backend, writer, args.concurrency, progress)
-            _finish(writer, summary, share=False)
+            writer.write(run_end(_counts(summary, share=False)))
     return summary
+
+
+def _counts(summary: RunSummary, share: bool) -> dict[str, Any]:
+    """What a pairwise ``run_end`` row counts."""
+    return {
+        "judged": summary.recorded,
+        "errors": summary.errors,
+        "retry_later": summary.retry_later,
+        "seconds": round(summary.seconds, 1),
+        "generated_tokens": summary.generated_tokens,
+        "share_samples": share,
+    }
