@@ -24,7 +24,7 @@ from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from reflectrm.engines import EngineConfig, open_engine, resolve
-from reflectrm.engines.base import Engine, GenerationResult, Prompt, SamplingSpec, WrappedEngine
+from reflectrm.engines.base import Engine, GenerationResult, MeteredEngine
 from reflectrm.evaluation.records import ResultsMismatchError
 from reflectrm.judging.judge import Judge
 from reflectrm.pairs import DatasetError
@@ -198,6 +198,11 @@ class EngineWork:
         self.prompt_tokens = 0
         self.generated_tokens = 0
 
+    def count(self, request_id: str, result: GenerationResult) -> None:
+        self.requests += 1
+        self.prompt_tokens += result.prompt_tokens
+        self.generated_tokens += result.generated_tokens
+
     def as_dict(self) -> dict[str, int]:
         return {
             "engine_requests": self.requests,
@@ -206,21 +211,12 @@ class EngineWork:
         }
 
 
-class CountingEngine(WrappedEngine):
-    """An Engine that counts every request it serves into an ``EngineWork``."""
+class CountingEngine(MeteredEngine):
+    """An Engine that counts every request it completes into an ``EngineWork``."""
 
     def __init__(self, inner: Engine, work: EngineWork) -> None:
-        super().__init__(inner)
+        super().__init__(inner, work.count)
         self.work = work
-
-    async def generate(
-        self, prompt: Prompt, spec: SamplingSpec, request_id: str
-    ) -> GenerationResult:
-        result = await self.inner.generate(prompt, spec, request_id)
-        self.work.requests += 1
-        self.work.prompt_tokens += result.prompt_tokens
-        self.work.generated_tokens += result.generated_tokens
-        return result
 
 
 def engine_config(settings: Any) -> EngineConfig:
