@@ -8,9 +8,11 @@ import json
 import httpx
 import pytest
 
-from reflectrm.evaluation import cli, records, report
+from reflectrm.evaluation import cli, records
 from reflectrm.evaluation.benchmarks import JUDGEBENCH, REWARDBENCH, load_dataset
-from reflectrm.evaluation.runner import EngineBackend, HttpBackend, pending, plan, run_units
+from reflectrm.evaluation.common import pending
+from reflectrm.evaluation.pairwise import report
+from reflectrm.evaluation.pairwise.runner import EngineBackend, HttpBackend, plan, run_units
 from reflectrm.judging.judge import Judge
 from reflectrm.pairs import Pair
 from tests.conftest import SHARED_DATA

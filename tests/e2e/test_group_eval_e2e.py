@@ -8,9 +8,9 @@ import asyncio
 import httpx
 import pytest
 
-from reflectrm.evaluation import group_report
-from reflectrm.evaluation.group_data import Group, load_groups
-from reflectrm.evaluation.group_run import (
+from reflectrm.evaluation.groups import report as group_report
+from reflectrm.evaluation.groups.data import Group, load_groups
+from reflectrm.evaluation.groups.runner import (
     GroupSettings,
     HttpGroups,
     InProcessGroups,

@@ -8,8 +8,9 @@ import logging
 
 import pytest
 
-from reflectrm.evaluation import cli, records, report
+from reflectrm.evaluation import cli, common, records
 from reflectrm.evaluation.benchmarks import JUDGEBENCH, RMB
+from reflectrm.evaluation.pairwise import command, report
 from reflectrm.evaluation.records import Record
 from tests.unit.test_eval_runner import scripted_engine
 
@@ -213,11 +214,11 @@ def fake_engine(monkeypatch):
         starts.append(config.model)
         yield scripted_engine()
 
-    monkeypatch.setattr(cli, "open_engine", engine)
-    monkeypatch.setattr(cli, "resolve", lambda config: config)
+    monkeypatch.setattr(common, "open_engine", engine)
+    monkeypatch.setattr(common, "resolve", lambda config: config)
     monkeypatch.setattr(
-        cli,
-        "_engine_fingerprint",
+        command,
+        "engine_fingerprint",
         lambda settings, engine: {
             "backend": "in-process",
             "model": "scripted",
@@ -303,9 +304,9 @@ def test_library_logs_are_quiet_unless_verbose():
     saved = root.level, logging.getLogger("reflectrm").level
     try:
         root.setLevel(logging.INFO)
-        cli.quiet_libraries(verbose=True)
+        common.quiet_libraries(verbose=True)
         assert httpx_log.isEnabledFor(logging.INFO)
-        cli.quiet_libraries(verbose=False)
+        common.quiet_libraries(verbose=False)
         assert not httpx_log.isEnabledFor(logging.INFO)  # no line per request over --url
         assert httpx_log.isEnabledFor(logging.WARNING)
         assert logging.getLogger("reflectrm.evaluation.cli").isEnabledFor(logging.INFO)
@@ -329,6 +330,6 @@ def test_an_interrupted_run_says_how_to_resume(tmp_path, monkeypatch, capsys):
     def interrupted(args, path):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "judge_all", interrupted)
+    monkeypatch.setattr(command, "judge_all", interrupted)
     assert cli.main(["--out-dir", str(tmp_path)]) == 130
     assert "rerun the same command to resume" in capsys.readouterr().err

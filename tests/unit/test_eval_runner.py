@@ -12,20 +12,22 @@ import pytest
 from reflectrm.engines.base import GenerationResult, Prompt, SamplingSpec
 from reflectrm.evaluation import records
 from reflectrm.evaluation.benchmarks import JUDGEBENCH, RMB
-from reflectrm.evaluation.runner import (
-    EVAL_MODES,
+from reflectrm.evaluation.common import (
     CountingEngine,
-    EngineBackend,
     EngineWork,
-    HttpBackend,
     ServiceRefusedError,
     TransientError,
-    mode_label,
     pending,
+    stable_int,
+)
+from reflectrm.evaluation.pairwise.runner import (
+    EVAL_MODES,
+    EngineBackend,
+    HttpBackend,
+    mode_label,
     plan,
     primary_position,
     run_units,
-    stable_int,
 )
 from reflectrm.judging.judge import Judge, JudgeConfig
 from reflectrm.judging.types import Message

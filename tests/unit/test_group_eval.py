@@ -14,17 +14,11 @@ import numpy as np
 import pytest
 
 from reflectrm.engines.base import GenerationResult, Prompt, SamplingSpec
-from reflectrm.evaluation import cli, group_report
-from reflectrm.evaluation.group_data import Group, load_groups, read_groups, sample_groups
-from reflectrm.evaluation.group_report import (
-    all_above,
-    best_of_n,
-    chance,
-    group_bootstrap,
-    kendall_tau_b,
-    rmbench_items,
-)
-from reflectrm.evaluation.group_run import (
+from reflectrm.evaluation import cli
+from reflectrm.evaluation.groups import report as group_report
+from reflectrm.evaluation.groups.data import Group, load_groups, read_groups, sample_groups
+from reflectrm.evaluation.groups.report import chance, rmbench_items
+from reflectrm.evaluation.groups.runner import (
     GroupSettings,
     InProcessGroups,
     PoolJudgment,
@@ -34,6 +28,7 @@ from reflectrm.evaluation.group_run import (
     pooled_rewards,
     run_group_units,
 )
+from reflectrm.evaluation.scoring import all_above, best_of_n, group_bootstrap, kendall_tau_b
 from reflectrm.judging.groups import STRATEGIES
 from reflectrm.judging.judge import Judge
 from reflectrm.judging.types import Message
@@ -145,7 +140,7 @@ def _rmbench_rows(item: str = "chat-1") -> list[dict]:
 
 
 def _rmbench_group() -> Group:
-    from reflectrm.evaluation.group_data import rmbench_groups
+    from reflectrm.evaluation.groups.data import rmbench_groups
 
     (g,) = rmbench_groups(iter((f"row {k}", r) for k, r in enumerate(_rmbench_rows())))
     return g
@@ -339,8 +334,8 @@ def test_command_pooled_then_direct_resumes_and_reports(tmp_path, monkeypatch):
     async def fake_open(cfg):
         yield engine
 
-    monkeypatch.setattr("reflectrm.engines.open_engine", fake_open)
-    monkeypatch.setattr("reflectrm.engines.resolve", lambda cfg: cfg)
+    monkeypatch.setattr("reflectrm.evaluation.common.open_engine", fake_open)
+    monkeypatch.setattr("reflectrm.evaluation.common.resolve", lambda cfg: cfg)
     out = tmp_path / "out"
     argv = ["--groups", "--dataset", str(data), "--mode", "vote", "--num-candidates", "2"]
     argv += ["--max-tokens", "64", "--out-dir", str(out), "--no-progress", "--bootstrap", "50"]

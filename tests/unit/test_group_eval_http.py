@@ -10,7 +10,7 @@ import json
 import httpx
 
 from reflectrm.evaluation import cli
-from reflectrm.evaluation.group_run import (
+from reflectrm.evaluation.groups.runner import (
     HttpGroups,
     InProcessGroups,
     design_plan,

@@ -12,7 +12,7 @@ import pytest
 from reflectrm.client import DEFAULT_RETRY
 from reflectrm.engines.config import RemoteConfig
 from reflectrm.engines.remote import retry_policy
-from reflectrm.evaluation.runner import service_retry_policy
+from reflectrm.evaluation.common import service_retry_policy
 from reflectrm.retry import (
     CONNECTION_ERRORS,
     RetryPolicy,

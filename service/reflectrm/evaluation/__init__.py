@@ -1,8 +1,13 @@
-"""The evaluation harness: benchmark accuracy and positional consistency for any checkpoint.
+"""The evaluation harness: benchmark accuracy and positional consistency for any checkpoint, and
+group rewards per design.
 
-``names`` lists the benchmarks, ``benchmarks`` loads their pairs (local files through
-``reflectrm.pairs``, or Hugging Face copies converted by ``hub``), ``runner`` judges them through
-the same ``Judge`` the service uses (in-process or over HTTP) into an append-only JSONL file
-(``records``), ``scoring`` holds each benchmark's official metric, ``report`` turns a results file
-into the JSON, Markdown and PNG report, and ``cli`` is the ``reflectrm eval`` command.
+A shared core and two workloads that never import each other. The core: ``names`` lists the
+benchmarks, ``benchmarks`` loads their pairs (local files through ``reflectrm.pairs``, or Hugging
+Face copies converted by ``hub``), ``records`` is the append-only JSONL results file,
+``scoring`` holds every metric (each benchmark's official one, the group metrics) and every
+bootstrap, ``reporting`` the number formatting, chart scaffolding and file writing of both
+reports, and ``common`` the run loop, the engine-work counter, the service client's pieces and
+the user's errors. The workloads: ``pairwise`` (benchmark pairs through the same ``Judge`` the
+service uses) and ``groups`` (group designs through the same ``JudgingService``). ``cli`` is the
+``reflectrm eval`` command: its options, and which workload runs them.
 """

@@ -4,7 +4,9 @@ Line types: ``{"type": "run", ...}`` once per invocation (what was asked, and th
 settings every later invocation must match to add to the same file), and ``{"type": "result",
 ...}`` per judgment with everything scoring needs, so a finished file can be re-scored without
 the datasets or the model. A run killed mid-write leaves at most one partial last line, which
-loading skips; judging resumes with the keys not yet in the file.
+loading skips; judging resumes with the keys not yet in the file. The group workload writes its
+own record types (``pool``, ``group``) with the same ``Writer``, reads them with ``rows`` and
+checks its settings with ``check_compatible``.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -101,52 +103,62 @@ class Loaded:
     records: tuple[Record, ...]  # the last record of each key, in file order
 
 
-def _lines(path: Path) -> Iterator[tuple[int, str]]:
+def rows(path: Path) -> Iterator[dict[str, Any]]:
+    """Every complete line of a results file (none when it does not exist). A line cut by a
+    kill is skipped with a warning: its judgment is simply redone."""
+    if not path.exists():
+        return
+    bad = 0
     with path.open("r", encoding="utf-8") as f:
-        yield from enumerate(f, 1)
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                bad += 1
+                log.warning("%s:%d is not complete JSON; skipping it", path, number)
+                continue
+            yield row
+    if bad > 1:
+        log.warning("%s has %d unreadable lines", path, bad)
 
 
 def load(path: Path) -> Loaded:
     runs: list[dict[str, Any]] = []
     latest: dict[Key, Record] = {}
-    if not path.exists():
-        return Loaded((), ())
-    bad = 0
-    for number, line in _lines(path):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            bad += 1  # a line cut by a kill; its judgment is simply redone
-            log.warning("%s:%d is not complete JSON; skipping it", path, number)
-            continue
+    for row in rows(path):
         if row.get("type") in ("run", "run_end"):
             runs.append(row)
         elif row.get("type") == "result":
             record = Record.from_json(row)
             latest.pop(record.key, None)
             latest[record.key] = record
-    if bad > 1:
-        log.warning("%s has %d unreadable lines", path, bad)
     return Loaded(tuple(runs), tuple(latest.values()))
 
 
-def fingerprint(run: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: run.get(k) for k in FINGERPRINT_KEYS}
+def fingerprint(run: Mapping[str, Any], keys: Sequence[str] = FINGERPRINT_KEYS) -> dict[str, Any]:
+    return {k: run.get(k) for k in keys}
 
 
-def check_compatible(existing: Loaded, run: Mapping[str, Any], path: Path) -> None:
-    """Refuse to mix judgments made with different settings in one file."""
-    starts = [r for r in existing.runs if r.get("type") == "run"]
+def check_compatible(
+    existing: Loaded | Sequence[Mapping[str, Any]],
+    run: Mapping[str, Any],
+    path: Path,
+    keys: Sequence[str] = FINGERPRINT_KEYS,
+) -> None:
+    """Refuse to mix judgments made with different settings (``keys``) in one file; ``existing``
+    is the file as loaded, or its run rows."""
+    runs = existing.runs if isinstance(existing, Loaded) else existing
+    starts = [r for r in runs if r.get("type") == "run"]
     if not starts:
         return
-    before = fingerprint(starts[0])
-    now = fingerprint(run)
+    before = fingerprint(starts[0], keys)
+    now = fingerprint(run, keys)
     # A service run may not know every setting (None); only values both sides know must agree.
     diff = {
         k: (before[k], now[k])
-        for k in FINGERPRINT_KEYS
+        for k in keys
         if before[k] is not None and now[k] is not None and before[k] != now[k]
     }
     if diff:

@@ -7,12 +7,17 @@ means into the official number. The same ``combine`` then serves three per-pair 
 accuracy (the pair's credit in its seeded random order), positional consistency (correct in both
 orders: the paper's definition) and plain agreement between the two orders. Keeping the metric a
 function of group means lets ``bootstrap`` resample pairs cheaply for confidence intervals.
+
+Group rewards are scored per group (best-of-N, Kendall tau-b, all best above the rest; RM-Bench
+items by their style cells, with the official RM-Bench metric), and resampled over groups
+(``group_bootstrap``, ``rmbench_bootstrap``). Every bootstrap takes its indices from ``draws``.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -292,6 +297,52 @@ def groups_of(items: Mapping[str, Item]) -> list[Item]:
     ]
 
 
+# --- group rewards (``reflectrm eval --groups``) ---------------------------------------------
+
+# Rewards this close are a tie.
+TIE = 1e-12
+
+
+def best_of_n(values: Sequence[float], best: Sequence[int]) -> float:
+    """The share of the completions tied for the highest reward that are best."""
+    top = max(values)
+    tied = [i for i, v in enumerate(values) if v >= top - TIE]
+    return sum(i in best for i in tied) / len(tied)
+
+
+def kendall_tau_b(values: Sequence[float], ranks: Sequence[int]) -> float:
+    """Kendall's tau-b between rewards (higher better) and gold ranks (lower better); 0 when
+    every reward is equal (no ranking given); ValueError when the gold order has no pair."""
+    concordant = discordant = ties_x = ties_y = 0
+    n = len(values)
+    for i in range(n):
+        for j in range(i + 1, n):
+            dx = values[i] - values[j]
+            x = 0 if abs(dx) <= TIE else (1 if dx > 0 else -1)
+            y = (ranks[j] > ranks[i]) - (ranks[j] < ranks[i])  # i better: +1
+            if x == 0:
+                ties_x += 1
+            if y == 0:
+                ties_y += 1
+            if x and y:
+                concordant += x == y
+                discordant += x != y
+    pairs = n * (n - 1) // 2
+    if pairs == ties_y:
+        raise ValueError("the gold order ties every completion")
+    if pairs == ties_x:
+        return 0.0
+    return (concordant - discordant) / math.sqrt((pairs - ties_x) * (pairs - ties_y))
+
+
+def all_above(values: Sequence[float], ranks: Sequence[int]) -> float:
+    """1 when every best-ranked completion's reward is strictly above every other one's."""
+    top = min(ranks)
+    best = [v for v, r in zip(values, ranks, strict=True) if r == top]
+    rest = [v for v, r in zip(values, ranks, strict=True) if r != top]
+    return 1.0 if min(best) > max(rest) + TIE else 0.0
+
+
 @dataclass(frozen=True)
 class Score:
     value: float  # percent, 0-100; NaN when there is nothing to score
@@ -322,6 +373,15 @@ def score(benchmark: str, items: Sequence[Item]) -> Score:
 # --- resampling -----------------------------------------------------------------------------
 
 
+def draws(n: int, resamples: int, seed: int) -> Iterator[np.ndarray]:
+    """Each resample's ``n`` indices, drawn with replacement from one seeded stream: every
+    bootstrap here resamples alike for the same ``n``, ``resamples`` and ``seed``, so series
+    scored on the same draws give paired differences."""
+    rng = np.random.default_rng(seed)
+    for _ in range(resamples):
+        yield rng.integers(0, n, size=n)
+
+
 def bootstrap(
     benchmark: str, aligned: Mapping[str, Sequence[Item]], resamples: int, seed: int
 ) -> dict[str, np.ndarray]:
@@ -342,10 +402,8 @@ def bootstrap(
     index = {g: i for i, g in enumerate(groups)}
     codes = np.array([index[metric.group(meta)] for meta, _ in aligned[modes[0]]])
     values = {m: np.array([v for _, v in aligned[m]], dtype=float) for m in modes}
-    rng = np.random.default_rng(seed)
     out = {m: np.empty(resamples) for m in modes}
-    for r in range(resamples):
-        draw = rng.integers(0, n, size=n)
+    for r, draw in enumerate(draws(n, resamples, seed)):
         drawn_codes = codes[draw]
         counts = np.bincount(drawn_codes, minlength=len(groups))
         present = np.nonzero(counts)[0]
@@ -354,6 +412,42 @@ def bootstrap(
             sums = np.bincount(drawn_codes, weights=values[m][draw], minlength=len(groups))
             means = {groups[i]: float(sums[i] / counts[i]) for i in present}
             out[m][r] = 100 * metric.combine(means, count_map)[0]
+    return out
+
+
+def group_bootstrap(
+    values: Mapping[str, Sequence[float]], resamples: int, seed: int
+) -> dict[str, np.ndarray]:
+    """Paired bootstrap of means over groups: every series holds one value per group, in the
+    same group order; each resample draws group indices once and averages every series on
+    them."""
+    names = list(values)
+    if not names:
+        return {}
+    n = len(values[names[0]])
+    if any(len(values[k]) != n for k in names):
+        raise ValueError("group_bootstrap needs one value per group in every series")
+    if n == 0:
+        return {k: np.full(resamples, np.nan) for k in names}
+    drawn = np.stack(list(draws(n, resamples, seed)))
+    return {k: np.asarray(values[k], dtype=float)[drawn].mean(axis=1) for k in names}
+
+
+def rmbench_bootstrap(
+    items: Mapping[str, Sequence[Sequence[Item]]], resamples: int, seed: int
+) -> dict[str, np.ndarray]:
+    """The official RM-Bench score (percent) of each series' cells (``items``: per group, its
+    cells), groups resampled (the same draws as ``group_bootstrap`` with the same seed and group
+    count)."""
+    names = list(items)
+    if not names:
+        return {}
+    n = len(items[names[0]])
+    drawn = list(draws(n, resamples, seed))
+    out = {}
+    for k in names:
+        per = items[k]
+        out[k] = np.array([score(RMBENCH, [it for g in d for it in per[g]]).value for d in drawn])
     return out
 
 

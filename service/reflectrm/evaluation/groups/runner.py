@@ -28,20 +28,28 @@ what is missing.
 
 from __future__ import annotations
 
-import asyncio
-import json
-import logging
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from reflectrm.evaluation.group_data import Group
-from reflectrm.evaluation.runner import stable_int
+from reflectrm.evaluation import records
+from reflectrm.evaluation.common import (
+    Progress,
+    RunSummary,
+    Tally,
+    TransientError,
+    answer_error,
+    conversation_fields,
+    exhausted,
+    run_jobs,
+    service_retry_policy,
+    stable_int,
+)
+from reflectrm.evaluation.groups.data import Group
 from reflectrm.judging.debias import Debias, Debiased, average_scores, unswap_scores, winner_of
 from reflectrm.judging.groups import (
-    STRATEGIES,
     Comparison,
     CompletionReward,
     GroupDesign,
@@ -49,14 +57,13 @@ from reflectrm.judging.groups import (
     Strategy,
     design,
 )
-from reflectrm.judging.types import Message, Mode
+from reflectrm.judging.types import Mode
 
 if TYPE_CHECKING:
     import httpx
 
     from reflectrm.serving.service import JudgingService
 
-log = logging.getLogger(__name__)
 
 POOL_STRATEGY: Strategy = "round_robin"
 NO_SCORES = (0.5, 0.5)
@@ -259,17 +266,11 @@ def design_plan(
     ]
 
 
-def _conversation_fields(conversation: Sequence[Message]) -> dict[str, Any]:
-    if len(conversation) == 1 and conversation[0].role == "user":
-        return {"prompt": conversation[0].content}
-    return {"messages": [{"role": m.role, "content": m.content} for m in conversation]}
-
-
 def rewards_body(unit: DesignUnit, settings: GroupSettings) -> dict[str, Any]:
     """The ``POST /v1/rewards`` body of a design unit (what the in-process path asks too)."""
     g = unit.group
     body = {
-        **_conversation_fields(g.conversation),
+        **conversation_fields(g.conversation),
         "completions": list(g.completions),
         "strategy": unit.strategy,
         "mode": settings.mode,
@@ -286,7 +287,7 @@ def rewards_body(unit: DesignUnit, settings: GroupSettings) -> dict[str, Any]:
 def judge_body(unit: PoolUnit, settings: GroupSettings) -> dict[str, Any]:
     """The ``POST /v1/judge`` body of a pool judgment."""
     return {
-        **_conversation_fields(unit.group.conversation),
+        **conversation_fields(unit.group.conversation),
         "responses": list(unit.responses),
         "mode": settings.mode,
         "num_candidates": settings.num_candidates,
@@ -351,10 +352,6 @@ def error_row(unit: PoolUnit | DesignUnit, error: str) -> dict[str, Any]:
     return {**row, "status": "error", "error": error[:500]}
 
 
-class TransientGroupError(RuntimeError):
-    """Not recorded: a rerun tries again."""
-
-
 class InProcessGroups:
     """The service's own operations on an in-process engine: ``judge_pair`` for the pool (what
     ``POST /v1/judge`` runs), ``group_rewards`` for a design (what ``POST /v1/rewards`` runs),
@@ -408,7 +405,6 @@ class HttpGroups:
 
     def __init__(self, http: httpx.AsyncClient, url: str, retries: int = 5) -> None:
         from reflectrm.client import AsyncClient
-        from reflectrm.evaluation.runner import service_retry_policy
 
         self.url = url.rstrip("/")
         self.retry = service_retry_policy(retries)
@@ -420,21 +416,16 @@ class HttpGroups:
         import httpx
 
         from reflectrm.client import ReflectRMError
-        from reflectrm.evaluation.runner import PERMANENT_STATUS, ServiceRefusedError
 
         started = time.perf_counter()
         try:
             data = await self.client.post(self.url + path, body, headers={"X-Request-ID": rid})
         except ReflectRMError as exc:
-            if exc.status in PERMANENT_STATUS:
-                return None, error_row(unit, f"http_{exc.status}: {exc.detail}"), 0.0
-            if exc.status not in self.retry.statuses:
-                raise ServiceRefusedError(
-                    f"POST {path} answered {exc.status}: {exc.detail}"
-                ) from None
-            raise TransientGroupError(f"{rid}: http_{exc.status}: {exc.detail[:300]}") from None
+            error = answer_error(exc.status, exc.detail, path, rid, self.retry)
+            return None, error_row(unit, error), 0.0
         except httpx.TransportError as exc:
-            raise TransientGroupError(f"{rid}: {type(exc).__name__}: {exc}") from None
+            problem = f"{type(exc).__name__}: {exc}"
+            raise TransientError(exhausted(rid, problem, self.retry)) from None
         return data, None, 1000 * (time.perf_counter() - started)
 
     async def pool(self, unit: PoolUnit, settings: GroupSettings, rid: str) -> dict[str, Any]:
@@ -453,22 +444,12 @@ def load_rows(path: Path) -> tuple[list[dict[str, Any]], dict[tuple[Any, ...], d
     """The run headers and the last record of each key; a line cut by a kill is skipped."""
     runs: list[dict[str, Any]] = []
     latest: dict[tuple[Any, ...], dict[str, Any]] = {}
-    if not path.exists():
-        return runs, latest
-    with path.open(encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                log.warning("%s:%d is not complete JSON; skipping it", path, number)
-                continue
-            kind = row.get("type")
-            if kind in ("run", "run_end"):
-                runs.append(row)
-            elif kind in ("pool", "group"):
-                latest[row_key(row)] = row
+    for row in records.rows(path):
+        kind = row.get("type")
+        if kind in ("run", "run_end"):
+            runs.append(row)
+        elif kind in ("pool", "group"):
+            latest[row_key(row)] = row
     return runs, latest
 
 
@@ -481,66 +462,34 @@ def row_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
 Unit = PoolUnit | DesignUnit
 
 
-def pending(units: Iterable[Unit], done: Iterable[tuple[Any, ...]]) -> list[Unit]:
-    finished = set(done)
-    return [u for u in units if u.key not in finished]
-
-
-@dataclass(frozen=True)
-class RunCounts:
-    recorded: int
-    errors: int
-    retry_later: int
-    seconds: float
-
-
 async def run_group_units(
     units: Sequence[Unit],
     backend: InProcessGroups | HttpGroups,
     settings: GroupSettings,
-    write: Any,
+    write: Callable[[dict[str, Any]], object],
     concurrency: int,
-    progress: Any = None,
-) -> RunCounts:
+    progress: Progress | None = None,
+) -> RunSummary:
     """Each unit (a pool judgment, or a design served) with at most ``concurrency`` in flight,
     its record written as it finishes."""
-    queue: asyncio.Queue[Unit] = asyncio.Queue()
-    for u in units:
-        queue.put_nowait(u)
-    counts = {"recorded": 0, "errors": 0, "retry": 0}
-    started = time.monotonic()
 
-    async def worker(index: int) -> None:
-        while True:
-            try:
-                unit = queue.get_nowait()
-            except asyncio.QueueEmpty:
-                return
-            rid = "geval{}-{}".format(index, "-".join(map(str, unit.key)))
-            try:
-                if isinstance(unit, PoolUnit):
-                    row = await backend.pool(unit, settings, rid)
-                else:
-                    row = await backend.group(unit, settings, rid)
-            except TransientGroupError as exc:
-                counts["retry"] += 1
-                log.warning("not recorded, a rerun will retry it: %s", exc)
-                continue
-            write(row)
-            counts["recorded"] += 1
-            counts["errors"] += row.get("status") == "error"
-            if progress is not None:
-                progress.update(1)
+    async def judge(index: int, unit: Unit, tally: Tally) -> None:
+        rid = "geval{}-{}".format(index, "-".join(map(str, unit.key)))
+        try:
+            if isinstance(unit, PoolUnit):
+                row = await backend.pool(unit, settings, rid)
+            else:
+                row = await backend.group(unit, settings, rid)
+        except TransientError as exc:
+            tally.not_recorded(exc)
+            return
+        write(row)
+        tally.recorded(row.get("status") == "error", generated_tokens(row))
 
-    try:
-        async with asyncio.TaskGroup() as tasks:
-            for i in range(max(1, concurrency)):
-                tasks.create_task(worker(i))
-    except BaseExceptionGroup as failed:
-        raise failed.exceptions[0] from None
-    return RunCounts(
-        counts["recorded"], counts["errors"], counts["retry"], time.monotonic() - started
-    )
+    return await run_jobs(units, judge, concurrency, progress)
 
 
-ALL_STRATEGIES: tuple[Strategy, ...] = STRATEGIES
+def generated_tokens(row: Mapping[str, Any]) -> int:
+    """What a record's judgments generated (a pool row's own, a served design's usage)."""
+    usage = (row.get("response") or {}).get("usage") or {}
+    return int(row.get("generated_tokens") or usage.get("generated_tokens") or 0)

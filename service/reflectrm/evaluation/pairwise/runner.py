@@ -4,25 +4,32 @@ A run is a list of ``Unit``s (pair x order x mode), judged in jobs. In-process, 
 mode of one pair in one order: its sampled modes (vote, vote_matched, ReflectRM and its
 ablations) share one seeded stage-1 request, so an all-modes run samples each pair-order once
 instead of once per mode, with the same results (``Judge.run_from``). Over HTTP a job is one unit.
-Workers take jobs from a queue, so ``concurrency`` jobs are in flight at once and the engine
-batches them; each finished judgment is appended to the results file.
+The shared run loop (``common.run_jobs``) keeps ``concurrency`` jobs in flight at once, so the
+engine batches them; each finished judgment is appended to the results file.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import hashlib
-import logging
-import math
-import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from reflectrm.aio import gather_all
-from reflectrm.engines.base import Engine, GenerationResult, Prompt, SamplingSpec, WrappedEngine
+from reflectrm.evaluation.common import (
+    Progress,
+    RunSummary,
+    ServiceRefusedError,
+    Tally,
+    TransientError,
+    answer_error,
+    conversation_fields,
+    exhausted,
+    run_jobs,
+    service_retry_policy,
+    stable_int,
+)
 from reflectrm.evaluation.records import JudgmentResult, Key, Record, Writer
 from reflectrm.judging.judge import Judge, PreparedJudgment, PromptTooLongError, Samples
 from reflectrm.judging.types import Ablation, Judgment, JudgmentSpec, Mode
@@ -31,9 +38,6 @@ from reflectrm.pairs import Pair
 if TYPE_CHECKING:  # imported where used: judging in-process needs no HTTP client
     import httpx
 
-    from reflectrm.retry import RetryPolicy
-
-log = logging.getLogger(__name__)
 
 # --- modes ----------------------------------------------------------------------------------
 
@@ -82,12 +86,6 @@ def mode_label(name: str, n: int) -> str:
 
 
 # --- the plan -------------------------------------------------------------------------------
-
-
-def stable_int(*parts: object) -> int:
-    """A 31-bit integer from the parts, the same on every machine and Python version."""
-    digest = hashlib.sha256(":".join(str(p) for p in parts).encode()).digest()
-    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
 
 
 def primary_position(pair: Pair, seed: int) -> int:
@@ -164,11 +162,6 @@ def plan(
     return units
 
 
-def pending(units: Iterable[Unit], done: Iterable[Key]) -> list[Unit]:
-    finished = set(done)
-    return [u for u in units if u.key not in finished]
-
-
 def jobs(units: Sequence[Unit], share_samples: bool) -> list[tuple[Unit, ...]]:
     """Units in jobs: with ``share_samples``, the units of one pair in one order (consecutive in
     a plan, and sharing one judging seed) form one job; otherwise every unit is its own."""
@@ -204,48 +197,11 @@ def refused(unit: Unit) -> JudgmentResult | None:
 # --- backends -------------------------------------------------------------------------------
 
 
-class TransientError(RuntimeError):
-    """The judgment may succeed if retried later: it is not recorded, so a rerun redoes it."""
-
-
 JobResult = list[tuple[Unit, "JudgmentResult | TransientError"]]
 
 
 class Backend(Protocol):
     async def judge_job(self, units: Sequence[Unit], request_id: str) -> JobResult: ...
-
-
-class EngineWork:
-    """What was asked of the engine, counted as it ran (shared samples counted once)."""
-
-    def __init__(self) -> None:
-        self.requests = 0
-        self.prompt_tokens = 0
-        self.generated_tokens = 0
-
-    def as_dict(self) -> dict[str, int]:
-        return {
-            "engine_requests": self.requests,
-            "prompt_tokens": self.prompt_tokens,
-            "generated_tokens": self.generated_tokens,
-        }
-
-
-class CountingEngine(WrappedEngine):
-    """An Engine that counts every request it serves into an ``EngineWork``."""
-
-    def __init__(self, inner: Engine, work: EngineWork) -> None:
-        super().__init__(inner)
-        self.work = work
-
-    async def generate(
-        self, prompt: Prompt, spec: SamplingSpec, request_id: str
-    ) -> GenerationResult:
-        result = await self.inner.generate(prompt, spec, request_id)
-        self.work.requests += 1
-        self.work.prompt_tokens += result.prompt_tokens
-        self.work.generated_tokens += result.generated_tokens
-        return result
 
 
 class EngineBackend:
@@ -327,33 +283,6 @@ def _result_of(j: Judgment, latency_ms: float) -> JudgmentResult:
 
 
 JUDGE_PATH = "/v1/judge"
-# Status codes of POST /v1/judge that will not change on a retry: recorded as errors.
-PERMANENT_STATUS = (400, 413, 422)
-# Status codes that may: retried, and when the retries run out, left for a rerun.
-TRANSIENT_STATUSES = frozenset({429, 499, 500, 502, 503, 504})
-
-
-def service_retry_policy(retries: int = 5, backoff_s: float = 2.0) -> RetryPolicy:
-    """``retries`` more attempts after a ``TRANSIENT_STATUSES`` answer or any transport error
-    (read timeouts included), waiting ``backoff_s`` doubled per retry (no jitter, no cap), or
-    the service's Retry-After when that is longer."""
-    import httpx
-
-    from reflectrm.retry import RetryPolicy
-
-    return RetryPolicy(
-        max_retries=retries,
-        backoff_s=backoff_s,
-        max_backoff_s=math.inf,
-        jitter=0.0,
-        statuses=TRANSIENT_STATUSES,
-        errors=(httpx.TransportError,),
-    )
-
-
-class ServiceRefusedError(RuntimeError):
-    """The service refuses what the whole run needs (e.g. ablations it was not started to
-    allow, or an answer no retry fixes): the run stops, keeping what is already recorded."""
 
 
 class HttpBackend:
@@ -374,12 +303,7 @@ class HttpBackend:
 
     @staticmethod
     def body(unit: Unit) -> dict[str, Any]:
-        conv = unit.pair.conversation
-        body: dict[str, Any] = (
-            {"prompt": conv[0].content}
-            if len(conv) == 1 and conv[0].role == "user"
-            else {"messages": [{"role": m.role, "content": m.content} for m in conv]}
-        )
+        body = conversation_fields(unit.pair.conversation)
         body.update(
             responses=list(unit.responses),
             mode=unit.mode.mode,
@@ -417,7 +341,7 @@ class HttpBackend:
             return self._refused(unit, request_id, exc.status, exc.detail[:500])
         except httpx.TransportError as exc:
             problem = f"{type(exc).__name__}: {exc}"
-            raise TransientError(self._exhausted(request_id, problem)) from None
+            raise TransientError(exhausted(request_id, problem, self.retry)) from None
         return self._result(data, unit, 1000 * (time.perf_counter() - started))
 
     def _refused(self, unit: Unit, request_id: str, status: int, detail: str) -> JudgmentResult:
@@ -428,14 +352,8 @@ class HttpBackend:
                 f"{self.url} refuses the ablation modes ({status}: {detail}); start "
                 "the service with REFLECTRM_ALLOW_ABLATIONS=true, or drop those modes"
             )
-        if status in PERMANENT_STATUS:
-            return JudgmentResult(status="error", error=f"http_{status}: {detail}")
-        if status not in self.retry.statuses:
-            raise ServiceRefusedError(f"POST {self.url} answered {status}: {detail}")
-        raise TransientError(self._exhausted(request_id, f"http_{status}: {detail}"))
-
-    def _exhausted(self, request_id: str, problem: str) -> str:
-        return f"{request_id}: {problem} (after {self.retry.attempts} attempts)"
+        error = answer_error(status, detail, self.url, request_id, self.retry)
+        return JudgmentResult(status="error", error=error)
 
     @staticmethod
     def _result(data: dict[str, Any], unit: Unit, measured_ms: float) -> JudgmentResult:
@@ -474,46 +392,6 @@ def to_record(unit: Unit, result: JudgmentResult) -> Record:
     )
 
 
-@dataclass(frozen=True)
-class RunSummary:
-    judged: int
-    errors: int  # recorded permanent failures (e.g. a prompt too long for the model)
-    retry_later: int  # transient failures, not recorded: a rerun judges them again
-    seconds: float
-    generated_tokens: int
-
-
-class Progress:
-    """A tqdm bar with judgments/s, ETA and generated tokens/s; silent when disabled."""
-
-    def __init__(self, total: int, enabled: bool) -> None:
-        from tqdm import tqdm
-
-        tty = sys.stderr.isatty()
-        self.bar = tqdm(
-            total=total,
-            unit="judgment",
-            disable=not enabled,
-            dynamic_ncols=True,
-            mininterval=0.5 if tty else 30.0,
-            smoothing=0.05,
-        )
-        self.started = time.monotonic()
-        self.tokens = 0
-        self.errors = 0
-
-    def update(self, record: Record) -> None:
-        self.tokens += record.generated_tokens
-        self.errors += record.status == "error"
-        elapsed = max(1e-6, time.monotonic() - self.started)
-        rate = f"{self.tokens / elapsed:.0f}"
-        self.bar.set_postfix(gen_tok_s=rate, errors=self.errors, refresh=False)
-        self.bar.update(1)
-
-    def close(self) -> None:
-        self.bar.close()
-
-
 async def run_units(
     units: Sequence[Unit],
     backend: Backend,
@@ -524,47 +402,16 @@ async def run_units(
 ) -> RunSummary:
     """Judge every unit with at most ``concurrency`` jobs in flight, appending each result as
     its job finishes. With ``share_samples`` a job is one pair in one order, all its modes."""
-    queue: asyncio.Queue[tuple[Unit, ...]] = asyncio.Queue()
-    for job in jobs(units, share_samples):
-        queue.put_nowait(job)
-    started = time.monotonic()
-    counts = {"judged": 0, "errors": 0, "retry": 0, "tokens": 0}
 
-    async def worker(index: int) -> None:
-        while True:
-            try:
-                job = queue.get_nowait()
-            except asyncio.QueueEmpty:
-                return
-            first = job[0]
-            rid = f"eval{index}-{first.pair.benchmark}-{first.pair.id}-{first.chosen_position}"
-            for unit, outcome in await backend.judge_job(job, rid):
-                if isinstance(outcome, TransientError):
-                    counts["retry"] += 1
-                    log.warning("not recorded, a rerun will retry it: %s", outcome)
-                    continue
-                record = to_record(unit, outcome)
-                writer.write(record.to_json())
-                counts["judged"] += 1
-                counts["errors"] += record.status == "error"
-                counts["tokens"] += record.generated_tokens
-                if progress is not None:
-                    progress.update(record)
+    async def judge(index: int, job: tuple[Unit, ...], tally: Tally) -> None:
+        first = job[0]
+        rid = f"eval{index}-{first.pair.benchmark}-{first.pair.id}-{first.chosen_position}"
+        for unit, outcome in await backend.judge_job(job, rid):
+            if isinstance(outcome, TransientError):
+                tally.not_recorded(outcome)
+                continue
+            record = to_record(unit, outcome)
+            writer.write(record.to_json())
+            tally.recorded(record.status == "error", record.generated_tokens)
 
-    try:
-        async with asyncio.TaskGroup() as group:
-            for i in range(max(1, concurrency)):
-                group.create_task(worker(i))
-    except BaseExceptionGroup as failed:
-        raise failed.exceptions[0] from None  # e.g. ServiceRefusedError, as itself
-    finally:
-        if progress is not None:
-            with contextlib.suppress(Exception):
-                progress.close()
-    return RunSummary(
-        judged=counts["judged"],
-        errors=counts["errors"],
-        retry_later=counts["retry"],
-        seconds=time.monotonic() - started,
-        generated_tokens=counts["tokens"],
-    )
+    return await run_jobs(jobs(units, share_samples), judge, concurrency, progress)

@@ -1,4 +1,5 @@
-"""Scoring group rewards: per-group metrics, paired bootstrap intervals over groups, the report.
+"""The group report: every group scored under every row (the metrics and bootstraps are
+``scoring``'s), paired intervals over groups, JSON, Markdown and a chart.
 
 Per group and design (a row: where the rewards came from, the strategy, the debias setting):
 
@@ -25,7 +26,6 @@ the same debias setting has a paired interval.
 
 from __future__ import annotations
 
-import logging
 import math
 import statistics
 from collections.abc import Mapping, Sequence
@@ -35,22 +35,39 @@ from typing import Any
 
 import numpy as np
 
-from reflectrm.evaluation.group_data import Group
-from reflectrm.evaluation.group_run import (
+from reflectrm.evaluation.groups.data import Group
+from reflectrm.evaluation.groups.runner import (
     POOL_STRATEGY,
     PoolJudgment,
     Work,
+    pool_plan,
     pooled_rewards,
 )
 from reflectrm.evaluation.names import DISPLAY_NAMES, RMBENCH
-from reflectrm.evaluation.report import write_files
-from reflectrm.evaluation.scoring import Item, interval, score
+from reflectrm.evaluation.reporting import (
+    bars,
+    ci,
+    figure,
+    fmt_cell,
+    fmt_delta,
+    number,
+    write_files,
+)
+from reflectrm.evaluation.scoring import (
+    TIE,
+    Item,
+    all_above,
+    best_of_n,
+    group_bootstrap,
+    kendall_tau_b,
+    rmbench_bootstrap,
+    score,
+)
 from reflectrm.judging.debias import Debias
 from reflectrm.judging.groups import NO_VERDICT_REWARD, STRATEGIES, Strategy
 
-log = logging.getLogger(__name__)
-
-TIE = 1e-12
+# Report numbers of group metrics (shares, tau) keep three digits; percentages two or one.
+DIGITS = 3
 METRICS = ("best_of_n", "kendall_tau", "all_above", "rmbench_accuracy")
 WORK = ("judgments", "prompt_tokens", "generated_tokens", "engine_requests")
 BASELINE: Strategy = POOL_STRATEGY  # the expensive design the others are compared with
@@ -58,46 +75,6 @@ BASELINE: Strategy = POOL_STRATEGY  # the expensive design the others are compar
 
 def values_of(rewards: Sequence[float | None]) -> list[float]:
     return [NO_VERDICT_REWARD if r is None else float(r) for r in rewards]
-
-
-def best_of_n(values: Sequence[float], best: Sequence[int]) -> float:
-    """The share of the completions tied for the highest reward that are best."""
-    top = max(values)
-    tied = [i for i, v in enumerate(values) if v >= top - TIE]
-    return sum(i in best for i in tied) / len(tied)
-
-
-def kendall_tau_b(values: Sequence[float], ranks: Sequence[int]) -> float:
-    """Kendall's tau-b between rewards (higher better) and gold ranks (lower better); 0 when
-    every reward is equal (no ranking given); ValueError when the gold order has no pair."""
-    concordant = discordant = ties_x = ties_y = 0
-    n = len(values)
-    for i in range(n):
-        for j in range(i + 1, n):
-            dx = values[i] - values[j]
-            x = 0 if abs(dx) <= TIE else (1 if dx > 0 else -1)
-            y = (ranks[j] > ranks[i]) - (ranks[j] < ranks[i])  # i better: +1
-            if x == 0:
-                ties_x += 1
-            if y == 0:
-                ties_y += 1
-            if x and y:
-                concordant += x == y
-                discordant += x != y
-    pairs = n * (n - 1) // 2
-    if pairs == ties_y:
-        raise ValueError("the gold order ties every completion")
-    if pairs == ties_x:
-        return 0.0
-    return (concordant - discordant) / math.sqrt((pairs - ties_x) * (pairs - ties_y))
-
-
-def all_above(values: Sequence[float], ranks: Sequence[int]) -> float:
-    """1 when every best-ranked completion's reward is strictly above every other one's."""
-    top = min(ranks)
-    best = [v for v, r in zip(values, ranks, strict=True) if r == top]
-    rest = [v for v, r in zip(values, ranks, strict=True) if r != top]
-    return 1.0 if min(best) > max(rest) + TIE else 0.0
 
 
 def rmbench_items(group: Group, values: Sequence[float]) -> list[Item]:
@@ -166,8 +143,6 @@ def pools_of(rows: Mapping[tuple[Any, ...], Mapping[str, Any]]) -> dict[str, dic
 
 
 def _complete_pool(group: Group, pool: Mapping[tuple[int, int, int], Any], seed: int) -> bool:
-    from reflectrm.evaluation.group_run import pool_plan
-
     return all((u.a, u.b, u.first) in pool for u in pool_plan([group], seed))
 
 
@@ -217,55 +192,6 @@ def scored_rows(
                 if scored is not None:
                     out.setdefault(("direct", strategy, debias), {})[group.id] = scored
     return out, pooled_groups
-
-
-# --- the bootstrap ---------------------------------------------------------------------------
-
-
-def group_bootstrap(
-    values: Mapping[str, Sequence[float]], resamples: int, seed: int
-) -> dict[str, np.ndarray]:
-    """Paired bootstrap of means over groups: every series holds one value per group, in the
-    same group order; each resample draws group indices once and averages every series on
-    them."""
-    names = list(values)
-    if not names:
-        return {}
-    n = len(values[names[0]])
-    if any(len(values[k]) != n for k in names):
-        raise ValueError("group_bootstrap needs one value per group in every series")
-    if n == 0:
-        return {k: np.full(resamples, np.nan) for k in names}
-    rng = np.random.default_rng(seed)
-    draws = rng.integers(0, n, size=(resamples, n))
-    return {k: np.asarray(values[k], dtype=float)[draws].mean(axis=1) for k in names}
-
-
-def rmbench_bootstrap(
-    items: Mapping[str, Sequence[Sequence[Item]]], resamples: int, seed: int
-) -> dict[str, np.ndarray]:
-    """The official RM-Bench score (percent) of each series' cells, groups resampled (the same
-    draws as ``group_bootstrap`` with the same seed and group count)."""
-    names = list(items)
-    if not names:
-        return {}
-    n = len(items[names[0]])
-    rng = np.random.default_rng(seed)
-    draws = rng.integers(0, n, size=(resamples, n))
-    out = {}
-    for k in names:
-        per = items[k]
-        out[k] = np.array([score(RMBENCH, [it for g in d for it in per[g]]).value for d in draws])
-    return out
-
-
-def _num(x: float | None, digits: int = 3) -> float | None:
-    return None if x is None or not math.isfinite(x) else round(float(x), digits)
-
-
-def _ci(samples: np.ndarray, digits: int = 3) -> list[float | None]:
-    low, high = interval(samples)
-    return [_num(low, digits), _num(high, digits)]
 
 
 # --- the report ---------------------------------------------------------------------------------
@@ -338,7 +264,7 @@ def _score_source(
     rm_boots = rmbench_bootstrap(cells, resamples, boot_seed)
     chance_rows = [chance(g) for g in groups]
     chances: dict[str, Any] = {
-        k: _num(statistics.fmean(c[k] for c in chance_rows)) for k in chance_rows[0]
+        k: number(statistics.fmean(c[k] for c in chance_rows), DIGITS) for k in chance_rows[0]
     }
     if cells:
         chances["rmbench_accuracy"] = 50.0
@@ -355,11 +281,11 @@ def _score_source(
         for metric in (*GROUP_METRICS, *WORK, "no_verdict"):
             key, bkey = f"{name}|{metric}", f"{base}|{metric}"
             value = statistics.fmean(series[key])
-            cell: dict[str, Any] = {"value": _num(value), "ci95": _ci(boots[key])}
+            cell: dict[str, Any] = {"value": number(value, DIGITS), "ci95": ci(boots[key], DIGITS)}
             if metric in GROUP_METRICS and name != base and bkey in boots:
                 cell["delta_vs_round_robin"] = {
-                    "value": _num(value - statistics.fmean(series[bkey])),
-                    "ci95_paired": _ci(boots[key] - boots[bkey]),
+                    "value": number(value - statistics.fmean(series[bkey]), DIGITS),
+                    "ci95_paired": ci(boots[key] - boots[bkey], DIGITS),
                 }
             entry[metric] = cell
         if name in cells:
@@ -376,15 +302,15 @@ def _rmbench_cell(
 ) -> dict[str, Any]:
     official = score(RMBENCH, [it for g in cells[name] for it in g])
     cell: dict[str, Any] = {
-        "value": _num(official.value, 2),
-        "ci95": _ci(rm_boots[name], 2),
-        "details": {k: _num(v, 2) for k, v in sorted(official.details.items())},
+        "value": number(official.value, 2),
+        "ci95": ci(rm_boots[name], 2),
+        "details": {k: number(v, 2) for k, v in sorted(official.details.items())},
     }
     if name != base and base in rm_boots:
         base_value = score(RMBENCH, [it for g in cells[base] for it in g]).value
         cell["delta_vs_round_robin"] = {
-            "value": _num(official.value - base_value, 2),
-            "ci95_paired": _ci(rm_boots[name] - rm_boots[base], 2),
+            "value": number(official.value - base_value, 2),
+            "ci95_paired": ci(rm_boots[name] - rm_boots[base], 2),
         }
     return cell
 
@@ -410,13 +336,13 @@ def pool_summary(pool_rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             agree += ra["winner"] != rb["winner"]
     return {
         "judgments": len(pool_rows),
-        "verdict_rate": _num(100 * len(verdicts) / len(pool_rows), 1) if pool_rows else None,
-        "first_position_rate": _num(
+        "verdict_rate": number(100 * len(verdicts) / len(pool_rows), 1) if pool_rows else None,
+        "first_position_rate": number(
             100 * sum(r["winner"] == 1 for r in verdicts) / len(verdicts), 1
         )
         if verdicts
         else None,
-        "consistent_rate": _num(100 * agree / total, 1) if total else None,
+        "consistent_rate": number(100 * agree / total, 1) if total else None,
         "errors": sum(r.get("status") == "error" for r in pool_rows),
         "prompt_tokens": sum(int(r.get("prompt_tokens", 0)) for r in pool_rows),
         "generated_tokens": sum(int(r.get("generated_tokens", 0)) for r in pool_rows),
@@ -447,26 +373,8 @@ SCORING = {
 # --- Markdown and the chart ------------------------------------------------------------------
 
 
-def _f(cell: Mapping[str, Any] | None, scale: float = 1.0, digits: int = 1) -> str:
-    if not cell or cell.get("value") is None:
-        return "–"
-    v = cell["value"] * scale
-    low, high = cell.get("ci95") or (None, None)
-    if low is None or high is None:
-        return f"{v:.{digits}f}"
-    return f"{v:.{digits}f} [{low * scale:.{digits}f}, {high * scale:.{digits}f}]"
-
-
-def _d(cell: Mapping[str, Any] | None, scale: float = 1.0, digits: int = 1) -> str:
-    delta = (cell or {}).get("delta_vs_round_robin")
-    if not delta or delta.get("value") is None:
-        return "–"
-    low, high = delta["ci95_paired"]
-    noise = " ~" if low is not None and low <= 0 <= high else ""
-    return (
-        f"{delta['value'] * scale:+.{digits}f} [{low * scale:+.{digits}f}, "
-        f"{high * scale:+.{digits}f}]{noise}"
-    )
+def _delta(cell: Mapping[str, Any] | None, scale: float = 1.0) -> str:
+    return fmt_delta((cell or {}).get("delta_vs_round_robin"), scale)
 
 
 def markdown(report: Mapping[str, Any]) -> str:
@@ -505,17 +413,17 @@ def markdown(report: Mapping[str, Any]) -> str:
             cells = [
                 f"`{e['strategy']}`",
                 e["debias"],
-                _f(e["best_of_n"], 100),
-                _d(e["best_of_n"], 100),
+                fmt_cell(e["best_of_n"], 100),
+                _delta(e["best_of_n"], 100),
             ]
-            cells += [_f(e["kendall_tau"], 100), _d(e["kendall_tau"], 100)]
-            cells += [_f(e["all_above"], 100), _d(e["all_above"], 100)]
+            cells += [fmt_cell(e["kendall_tau"], 100), _delta(e["kendall_tau"], 100)]
+            cells += [fmt_cell(e["all_above"], 100), _delta(e["all_above"], 100)]
             if rm:
-                cells += [_f(e.get("rmbench_accuracy")), _d(e.get("rmbench_accuracy"))]
+                cells += [fmt_cell(e.get("rmbench_accuracy")), _delta(e.get("rmbench_accuracy"))]
             cells += [
-                _f(e["judgments"]),
-                _f(e["generated_tokens"], digits=0),
-                _f(e["prompt_tokens"], digits=0),
+                fmt_cell(e["judgments"]),
+                fmt_cell(e["generated_tokens"], digits=0),
+                fmt_cell(e["prompt_tokens"], digits=0),
             ]
             lines.append("| " + " | ".join(cells) + " |")
         c = report.get("chance", {}).get(source)
@@ -562,47 +470,33 @@ def _difficulty_markdown(rows: Mapping[str, Any]) -> str:
 
 def chart(report: Mapping[str, Any], path: Path) -> None:
     """Bars per row: best-of-N, all above and τ (percent) with their intervals."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     rows = list(report["rows"].items())
     metrics = [
         ("best_of_n", "best-of-N"),
         ("all_above", "all best above the rest"),
         ("kendall_tau", "Kendall τ-b"),
     ]
-    fig, axes = plt.subplots(1, 3, figsize=(15, max(4.0, 0.32 * len(rows) + 1.5)), sharey=True)
-    y = np.arange(len(rows))
-    for ax, (metric, title) in zip(axes, metrics, strict=True):
-        vals, lows, highs = [], [], []
-        for _, e in rows:
-            c = e[metric]
-            v = 100 * (c["value"] if c["value"] is not None else np.nan)
-            lo, hi = c["ci95"]
-            vals.append(v)
-            lows.append(0 if lo is None else v - 100 * lo)
-            highs.append(0 if hi is None else 100 * hi - v)
-        colors = ["tab:blue" if e["debias"] == "swap" else "tab:orange" for _, e in rows]
-        ax.barh(y, vals, xerr=[lows, highs], color=colors, capsize=2)
-        chance: Mapping[str, Any] = next(iter(report.get("chance", {}).values()), {})
-        if metric in chance:
-            ax.axvline(100 * chance[metric], color="grey", ls="--", lw=0.8)
-        ax.set_title(title)
-    axes[0].set_yticks(y, [n for n, _ in rows], fontsize=7)
-    axes[0].invert_yaxis()
-    s = report["settings"]
-    fig.suptitle(
-        f"{s.get('model')}: mode {s.get('mode')}"
-        + ("" if s.get("mode") == "single" else f", N={s.get('num_candidates')}")
-        + ", max_tokens="
-        f"{s.get('max_tokens')} (blue: swap, orange: none; dashed: chance; bars: 95% CI)",
-        fontsize=9,
-    )
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    size = (15, max(4.0, 0.32 * len(rows) + 1.5))
+    with figure(path, 3, size, dpi=110) as (fig, axes):
+        y = np.arange(len(rows))
+        for ax, (metric, title) in zip(axes, metrics, strict=True):
+            vals, lows, highs = bars([e[metric] for _, e in rows], scale=100)
+            colors = ["tab:blue" if e["debias"] == "swap" else "tab:orange" for _, e in rows]
+            ax.barh(y, vals, xerr=[lows, highs], color=colors, capsize=2)
+            chance: Mapping[str, Any] = next(iter(report.get("chance", {}).values()), {})
+            if metric in chance:
+                ax.axvline(100 * chance[metric], color="grey", ls="--", lw=0.8)
+            ax.set_title(title)
+        axes[0].set_yticks(y, [n for n, _ in rows], fontsize=7)
+        axes[0].invert_yaxis()
+        s = report["settings"]
+        fig.suptitle(
+            f"{s.get('model')}: mode {s.get('mode')}"
+            + ("" if s.get("mode") == "single" else f", N={s.get('num_candidates')}")
+            + ", max_tokens="
+            f"{s.get('max_tokens')} (blue: swap, orange: none; dashed: chance; bars: 95% CI)",
+            fontsize=9,
+        )
 
 
 def write(report: Mapping[str, Any], out_dir: Path) -> dict[str, Path]:

@@ -10,9 +10,6 @@ the same two judgments. Everything here reads only the saved records, so re-scor
 
 from __future__ import annotations
 
-import json
-import logging
-import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -27,8 +24,18 @@ from reflectrm.evaluation.names import (
     JUDGEBENCH,
     MAIN_BENCHMARKS,
 )
+from reflectrm.evaluation.pairwise.runner import BASELINE_MODE, EVAL_MODES, mode_label
 from reflectrm.evaluation.records import Loaded, Record, fingerprint
-from reflectrm.evaluation.runner import BASELINE_MODE, EVAL_MODES, mode_label
+from reflectrm.evaluation.reporting import (
+    bars,
+    ci,
+    figure,
+    fmt,
+    fmt_cell,
+    fmt_delta,
+    number,
+    write_files,
+)
 from reflectrm.evaluation.scoring import (
     Item,
     Judged,
@@ -37,15 +44,12 @@ from reflectrm.evaluation.scoring import (
     both_correct,
     credit,
     groups_of,
-    interval,
     is_generic,
     judgebench_two_order,
     metric_of,
     score,
 )
 from reflectrm.judging.debias import average_scores, winner_of
-
-log = logging.getLogger(__name__)
 
 ACCURACY = "accuracy"
 CONSISTENCY = "consistency"
@@ -180,15 +184,6 @@ def items(metric: str, pairs: Sequence[PairResult]) -> dict[str, Item]:
 # --- the numbers ----------------------------------------------------------------------------
 
 
-def _num(x: float) -> float | None:
-    return None if x is None or not math.isfinite(x) else round(x, 2)
-
-
-def _ci(samples: np.ndarray) -> list[float | None]:
-    low, high = interval(samples)
-    return [_num(low), _num(high)]
-
-
 def _paired(
     benchmark: str,
     metric: str,
@@ -254,16 +249,16 @@ def metric_table(
             base_pairs = None if base is None or mode == BASELINE_MODE else base.get(b)
             boot, delta, n_paired = _paired(b, metric, pairs, base_pairs, resamples, seed)
             row: dict[str, Any] = {
-                "value": _num(s.value),
+                "value": number(s.value),
                 "n": s.n,
-                "ci95": _ci(boot),
-                "details": {k: _num(v) for k, v in sorted(s.details.items())},
+                "ci95": ci(boot),
+                "details": {k: number(v) for k, v in sorted(s.details.items())},
             }
             if base is not None and mode != BASELINE_MODE and b in base and delta is not None:
                 base_score = score(b, list(items(metric, base[b]).values()))
                 row["delta_vs_single"] = {
-                    "value": _num(s.value - base_score.value),
-                    "ci95_paired": _ci(delta),
+                    "value": number(s.value - base_score.value),
+                    "ci95_paired": ci(delta),
                     "n_paired": n_paired,
                 }
             if is_generic(b):
@@ -279,16 +274,16 @@ def metric_table(
         complete = all(b in rows for b in averaged) and averaged
         if complete:
             entry["average"] = {
-                "value": _num(statistics.fmean(rows[b]["value"] for b in averaged)),
+                "value": number(statistics.fmean(rows[b]["value"] for b in averaged)),
                 "over": averaged,
-                "ci95": _ci(np.mean(score_samples, axis=0)),
+                "ci95": ci(np.mean(score_samples, axis=0)),
             }
             if len(delta_samples) == len(averaged):
                 entry["average"]["delta_vs_single"] = {
-                    "value": _num(
+                    "value": number(
                         statistics.fmean(rows[b]["delta_vs_single"]["value"] for b in averaged)
                     ),
-                    "ci95_paired": _ci(np.mean(delta_samples, axis=0)),
+                    "ci95_paired": ci(np.mean(delta_samples, axis=0)),
                 }
         table[mode] = entry
     return table
@@ -303,7 +298,7 @@ def _groups_row(
         return None
     s = score(dataset, groups)
     boot = bootstrap(dataset, {"g": groups}, resamples, seed)["g"]
-    return {"value": _num(s.value), "n": s.n, "ci95": _ci(boot)}
+    return {"value": number(s.value), "n": s.n, "ci95": ci(boot)}
 
 
 def position_table(by_mode: Mapping[str, Mapping[str, list[PairResult]]]) -> dict[str, Any]:
@@ -318,10 +313,10 @@ def position_table(by_mode: Mapping[str, Mapping[str, list[PairResult]]]) -> dic
             verdicts = [j.winner for j in judged if j.winner is not None]
             per[b] = {
                 "judgments": len(judged),
-                "first_position_rate": _num(100 * verdicts.count(1) / len(verdicts))
+                "first_position_rate": number(100 * verdicts.count(1) / len(verdicts))
                 if verdicts
                 else None,
-                "no_verdict_rate": _num(100 * (len(judged) - len(verdicts)) / len(judged))
+                "no_verdict_rate": number(100 * (len(judged) - len(verdicts)) / len(judged))
                 if judged
                 else None,
             }
@@ -330,7 +325,7 @@ def position_table(by_mode: Mapping[str, Mapping[str, list[PairResult]]]) -> dic
 
 
 def _mean_of(records: Sequence[Record], get: Callable[[Record], float]) -> float | None:
-    return _num(statistics.fmean(get(r) for r in records)) if records else None
+    return number(statistics.fmean(get(r) for r in records)) if records else None
 
 
 def _swap_cost(
@@ -352,7 +347,7 @@ def _swap_cost(
     )
 
     def total(get: Callable[[Record], float]) -> float | None:
-        return _num(statistics.fmean(get(a) + get(b) for a, b in ok)) if ok else None
+        return number(statistics.fmean(get(a) + get(b) for a, b in ok)) if ok else None
 
     return {
         "judgments": len(swap_pairs),
@@ -361,11 +356,13 @@ def _swap_cost(
         "engine_requests": total(lambda r: r.engine_requests),
         "latency_s": None,
         "early_exit_rate": None,
-        "parse_failure_rate": _num(100 * failures / outputs) if outputs else None,
-        "no_verdict_rate": _num(100 * (len(judged) - len(verdicts)) / len(judged))
+        "parse_failure_rate": number(100 * failures / outputs) if outputs else None,
+        "no_verdict_rate": number(100 * (len(judged) - len(verdicts)) / len(judged))
         if judged
         else None,
-        "first_position_rate": _num(100 * verdicts.count(1) / len(verdicts)) if verdicts else None,
+        "first_position_rate": number(100 * verdicts.count(1) / len(verdicts))
+        if verdicts
+        else None,
         "errors": sum(a.status == "error" or b.status == "error" for a, b in both),
     }
 
@@ -397,11 +394,11 @@ def cost_table(
             "prompt_tokens": _mean_of(ok, lambda r: r.prompt_tokens),
             "engine_requests": _mean_of(ok, lambda r: r.engine_requests),
             "latency_s": _mean_of(ok, lambda r: r.latency_ms / 1000),
-            "early_exit_rate": _num(100 * statistics.fmean(exits)) if exits else None,
-            "parse_failure_rate": _num(100 * failures / outputs) if outputs else None,
-            "no_verdict_rate": _num(100 * sum(r.status == "no_verdict" for r in rs) / len(rs)),
+            "early_exit_rate": number(100 * statistics.fmean(exits)) if exits else None,
+            "parse_failure_rate": number(100 * failures / outputs) if outputs else None,
+            "no_verdict_rate": number(100 * sum(r.status == "no_verdict" for r in rs) / len(rs)),
             # Position bias at a glance: an unbiased judge says "Response 1" about half the time.
-            "first_position_rate": _num(100 * verdicts.count(1) / len(verdicts))
+            "first_position_rate": number(100 * verdicts.count(1) / len(verdicts))
             if verdicts
             else None,
             "errors": sum(r.status == "error" for r in rs),
@@ -522,19 +519,6 @@ def engine_work(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
 # --- Markdown -------------------------------------------------------------------------------
 
 
-def _fmt(x: float | None) -> str:
-    return "–" if x is None else f"{x:.1f}"
-
-
-def _fmt_delta(d: Mapping[str, Any] | None) -> str:
-    if not d or d.get("value") is None:
-        return "–"
-    low, high = d.get("ci95_paired") or (None, None)
-    ci = f" [{low:+.1f}, {high:+.1f}]" if low is not None and high is not None else ""
-    noise = "" if low is None or high is None or low > 0 or high < 0 else " ~"
-    return f"{d['value']:+.1f}{ci}{noise}"
-
-
 def _metric_markdown(
     report: Mapping[str, Any], metric: str, modes: Sequence[str], title: str
 ) -> str:
@@ -556,11 +540,11 @@ def _metric_markdown(
     for mode in rows:
         entry = table[mode]
         cells = [report["modes"].get(mode, mode)]
-        cells += [_fmt(entry["benchmarks"].get(b, {}).get("value")) for b in cols]
+        cells += [fmt(entry["benchmarks"].get(b, {}).get("value")) for b in cols]
         avg = entry.get("average", {})
-        cells.append(_fmt(avg.get("value")))
-        cells.append("–" if mode == BASELINE_MODE else _fmt_delta(avg.get("delta_vs_single")))
-        cells += [_fmt(entry["benchmarks"].get(b, {}).get("value")) for b in extra]
+        cells.append(fmt(avg.get("value")))
+        cells.append("–" if mode == BASELINE_MODE else fmt_delta(avg.get("delta_vs_single")))
+        cells += [fmt(entry["benchmarks"].get(b, {}).get("value")) for b in extra]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -575,7 +559,7 @@ def _per_benchmark_deltas(report: Mapping[str, Any], metric: str) -> str:
             continue
         cells = [report["modes"].get(mode, mode)]
         deltas = [entry["benchmarks"].get(b, {}).get("delta_vs_single") for b in benchmarks]
-        cells += [_fmt_delta(d) for d in deltas]
+        cells += [fmt_delta(d) for d in deltas]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) if len(lines) > 2 else ""
 
@@ -599,26 +583,18 @@ def _cost_markdown(report: Mapping[str, Any]) -> str:
         cells = [
             report["modes"].get(mode, mode),
             str(c["judgments"]),
-            _fmt(c["generated_tokens"]),
-            _fmt(c["prompt_tokens"]),
-            _fmt(c["engine_requests"]),
-            _fmt(c["latency_s"]),
-            _fmt(c["early_exit_rate"]),
-            _fmt(c["parse_failure_rate"]),
-            _fmt(c["no_verdict_rate"]),
-            _fmt(c["first_position_rate"]),
+            fmt(c["generated_tokens"]),
+            fmt(c["prompt_tokens"]),
+            fmt(c["engine_requests"]),
+            fmt(c["latency_s"]),
+            fmt(c["early_exit_rate"]),
+            fmt(c["parse_failure_rate"]),
+            fmt(c["no_verdict_rate"]),
+            fmt(c["first_position_rate"]),
             str(c["errors"]),
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
-
-
-def _cell(c: Mapping[str, Any] | None) -> str:
-    """A value with its 95% interval."""
-    if not c or c.get("value") is None:
-        return "–"
-    low, high = c.get("ci95") or (None, None)
-    return f"{c['value']:.1f}" + (f" [{low:.1f}, {high:.1f}]" if low is not None else "")
 
 
 def _generic_markdown(report: Mapping[str, Any], dataset: str) -> str:
@@ -644,17 +620,17 @@ def _generic_markdown(report: Mapping[str, Any], dataset: str) -> str:
         pos = position.get(mode, {}).get(dataset, {})
         cells = [
             report["modes"].get(mode, mode),
-            _cell(row),
-            "–" if mode == BASELINE_MODE else _fmt_delta(row.get("delta_vs_single")),
-            _cell(cons.get(mode, {}).get("benchmarks", {}).get(dataset)),
-            _fmt(agree.get(mode, {}).get("benchmarks", {}).get(dataset, {}).get("value")),
+            fmt_cell(row),
+            "–" if mode == BASELINE_MODE else fmt_delta(row.get("delta_vs_single")),
+            fmt_cell(cons.get(mode, {}).get("benchmarks", {}).get(dataset)),
+            fmt(agree.get(mode, {}).get("benchmarks", {}).get(dataset, {}).get("value")),
         ]
         if has_groups:
-            cells.append(_cell(row.get("groups")))
+            cells.append(fmt_cell(row.get("groups")))
         cells += [
-            _fmt(pos.get("first_position_rate")),
-            _fmt(pos.get("no_verdict_rate")),
-            _fmt(cost.get(mode, {}).get("generated_tokens")),
+            fmt(pos.get("first_position_rate")),
+            fmt(pos.get("no_verdict_rate")),
+            fmt(cost.get(mode, {}).get("generated_tokens")),
         ]
         lines.append("| " + " | ".join(cells) + " |")
     plain = [m for m in modes if not m.endswith(SWAP)]
@@ -680,7 +656,7 @@ def _subset_markdown(report: Mapping[str, Any], dataset: str, modes: Sequence[st
     ]
     for subset in shown:
         cells = [f"{subset} ({counts[subset]})"]
-        cells += [_fmt(acc[m]["benchmarks"][dataset].get("details", {}).get(subset)) for m in modes]
+        cells += [fmt(acc[m]["benchmarks"][dataset].get("details", {}).get(subset)) for m in modes]
         lines.append("| " + " | ".join(cells) + " |")
     more = len(counts) - len(shown)
     if more:
@@ -776,20 +752,8 @@ def markdown(report: Mapping[str, Any]) -> str:
 # --- chart ----------------------------------------------------------------------------------
 
 
-def _err(cell: Mapping[str, Any] | None, side: int) -> float:
-    """Error-bar length below (0) or above (1) a bar, from its 95% interval."""
-    if cell is None or cell.get("value") is None or cell["ci95"][side] is None:
-        return 0.0
-    return abs(cell["ci95"][side] - cell["value"])
-
-
 def chart(report: Mapping[str, Any], path: Path) -> None:
     """Grouped bars: accuracy and positional consistency per benchmark (and average), per mode."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     metrics = [
         (
             ACCURACY,
@@ -800,74 +764,45 @@ def chart(report: Mapping[str, Any], path: Path) -> None:
         (CONSISTENCY, "Positional consistency: correct in both orders (%)"),
     ]
     modes = list(report["modes"])
-    fig, axes = plt.subplots(1, 2, figsize=(14, 5.4), sharey=True)
-    for ax, (metric, title) in zip(axes, metrics, strict=True):
-        table = report[metric]
-        scored = {b for entry in table.values() for b in entry["benchmarks"]}
-        shown = [*report["benchmarks"], *report.get("datasets", [])]
-        groups = [b for b in shown if b in scored]
-        averaged = bool(report["benchmarks"])
-        labels = [display(b) for b in groups] + (["Avg"] if averaged else [])
-        width = 0.8 / max(1, len(modes))
-        for i, mode in enumerate(modes):
-            entry = table.get(mode)
-            if entry is None:
-                continue
-            cells = [entry["benchmarks"].get(b) for b in groups]
-            cells += [entry.get("average")] if averaged else []
-            values = [np.nan if c is None or c.get("value") is None else c["value"] for c in cells]
-            lows = [_err(c, 0) for c in cells]
-            highs = [_err(c, 1) for c in cells]
-            x = np.arange(len(labels)) + (i - (len(modes) - 1) / 2) * width
-            ax.bar(
-                x,
-                values,
-                width,
-                label=report["modes"][mode],
-                yerr=[lows, highs],
-                capsize=2,
-                error_kw={"elinewidth": 0.7, "ecolor": "0.35"},
-            )
-        ax.set_xticks(np.arange(len(labels)), labels)
-        ax.set_title(title)
-        ax.axhline(50 if metric == ACCURACY else 25, color="grey", lw=0.8, ls="--")
-        ax.set_ylim(0, 100)
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8, frameon=False)
-    s = report["settings"]
-    fig.suptitle(
-        f"{s.get('model')}: N={s.get('num_candidates')}, max_tokens={s.get('max_tokens')} "
-        "(dashed: chance; bars: 95% bootstrap CI)",
-        fontsize=10,
-    )
-    fig.tight_layout(rect=(0, 0.1, 1, 1))
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    with figure(path, 2, (14, 5.4), dpi=120, rect=(0, 0.1, 1, 1)) as (fig, axes):
+        for ax, (metric, title) in zip(axes, metrics, strict=True):
+            table = report[metric]
+            scored = {b for entry in table.values() for b in entry["benchmarks"]}
+            shown = [*report["benchmarks"], *report.get("datasets", [])]
+            groups = [b for b in shown if b in scored]
+            averaged = bool(report["benchmarks"])
+            labels = [display(b) for b in groups] + (["Avg"] if averaged else [])
+            width = 0.8 / max(1, len(modes))
+            for i, mode in enumerate(modes):
+                entry = table.get(mode)
+                if entry is None:
+                    continue
+                cells = [entry["benchmarks"].get(b) for b in groups]
+                cells += [entry.get("average")] if averaged else []
+                values, lows, highs = bars(cells)
+                x = np.arange(len(labels)) + (i - (len(modes) - 1) / 2) * width
+                ax.bar(
+                    x,
+                    values,
+                    width,
+                    label=report["modes"][mode],
+                    yerr=[lows, highs],
+                    capsize=2,
+                    error_kw={"elinewidth": 0.7, "ecolor": "0.35"},
+                )
+            ax.set_xticks(np.arange(len(labels)), labels)
+            ax.set_title(title)
+            ax.axhline(50 if metric == ACCURACY else 25, color="grey", lw=0.8, ls="--")
+            ax.set_ylim(0, 100)
+        handles, labels = axes[0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8, frameon=False)
+        s = report["settings"]
+        fig.suptitle(
+            f"{s.get('model')}: N={s.get('num_candidates')}, max_tokens={s.get('max_tokens')} "
+            "(dashed: chance; bars: 95% bootstrap CI)",
+            fontsize=10,
+        )
 
 
 def write(report: Mapping[str, Any], out_dir: Path) -> dict[str, Path]:
     return write_files(report, out_dir, "report", markdown, chart)
-
-
-def write_files(
-    report: Mapping[str, Any],
-    out_dir: Path,
-    stem: str,
-    as_markdown: Callable[[Mapping[str, Any]], str],
-    draw: Callable[[Mapping[str, Any], Path], None],
-) -> dict[str, Path]:
-    """The report as ``{stem}.json``, ``{stem}.md`` and (with matplotlib) ``{stem}.png``."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = {
-        "json": out_dir / f"{stem}.json",
-        "markdown": out_dir / f"{stem}.md",
-        "chart": out_dir / f"{stem}.png",
-    }
-    paths["json"].write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
-    paths["markdown"].write_text(as_markdown(report))
-    try:
-        draw(report, paths["chart"])
-    except ImportError:
-        log.warning("no chart: matplotlib is missing (pip install 'reflectrm[eval]')")
-        del paths["chart"]
-    return paths
