@@ -202,8 +202,8 @@ class Metrics:
         )
         self.tenant_admitted = Counter(
             f"{PREFIX}tenant_judgments_admitted_total",
-            "Judgments given an admission slot, by tenant (API key, or the X-Reflectrm-Tenant "
-            "header when keys are off).",
+            "Judgments given an admission slot, by tenant (API key, key/job for a job named "
+            "with a key, or the job named when keys are off).",
             ["tenant"],
             registry=r,
         )

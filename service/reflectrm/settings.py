@@ -170,8 +170,9 @@ class Settings(BaseSettings):
         1024,
         ge=0,
         description="Judgments one tenant may have waiting for a slot; past it that tenant's "
-        "calls get 429 while the others are still queued. A tenant is the API key, or the "
-        "X-Reflectrm-Tenant header when keys are off.",
+        "calls get 429 while the others are still queued. A tenant is the API key (all its "
+        "jobs together), or the job a call names (Basic user name, X-Reflectrm-Tenant header, "
+        "tenant query parameter) when keys are off.",
     )
     max_in_flight_per_tenant: int | None = Field(
         None,
@@ -189,7 +190,7 @@ class Settings(BaseSettings):
         "",
         description="Weighted round robin across tenants' queues: 'name=weight,...' (whole "
         "weights >= 1; a tenant not named has weight 1); a weight-2 tenant gets two slots per "
-        "round to the others' one.",
+        "round to the others' one. A key's jobs share its weight.",
     )
     max_call_work_tokens: int = Field(
         4_194_304,
@@ -275,7 +276,9 @@ class Settings(BaseSettings):
         None,
         description="Comma-separated API keys (16+ characters each). Set (or api_key_file "
         "set): every route but /health, /ready, /metrics and the docs needs "
-        "'Authorization: Bearer <key>'; unset: no authentication.",
+        "'Authorization: Bearer <key>', or the key as the password of HTTP Basic auth (a URL "
+        "http://JOB:KEY@host:8000/..., for clients that send no headers); unset: no "
+        "authentication.",
     )
     api_key_file: Path | None = Field(
         None,

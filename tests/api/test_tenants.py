@@ -134,23 +134,24 @@ def test_a_tenant_over_its_queue_bound_gets_429_naming_it_while_another_is_serve
     assert [r.status_code for r in other] == [200]
 
 
-def test_api_keys_are_the_tenants_and_the_header_cannot_override_them():
+def test_api_keys_are_the_tenants_and_a_header_names_only_a_job_within_them():
     key_a, key_b = "a" * 32, "b" * 32
     engine = ScriptedEngine(stage1=[judgment(1)])
     app = create_app(Settings(api_keys=f"{key_a},{key_b}"), engine=engine)
     with served(app) as s:
-        for key, seed in ((key_a, 1), (key_a, 2), (key_b, 3)):
-            r = httpx.post(
-                f"{s.url}/v1/judge",
-                json={**BODY, "seed": seed},
-                headers={"Authorization": f"Bearer {key}", "X-Reflectrm-Tenant": "someone"},
-            )
+        for key, seed, named in ((key_a, 1, "someone"), (key_a, 2, None), (key_b, 3, "someone")):
+            headers = {"Authorization": f"Bearer {key}"}
+            if named is not None:
+                headers["X-Reflectrm-Tenant"] = named
+            r = httpx.post(f"{s.url}/v1/judge", json={**BODY, "seed": seed}, headers=headers)
             assert r.status_code == 200, r.text
         text = httpx.get(f"{s.url}/metrics").text
     assert tenant_of_key(key_a).startswith("key-")
     name = "reflectrm_tenant_judgments_admitted_total"
-    assert metric(text, f'{name}{{tenant="{tenant_of_key(key_a)}"}}') == 2
-    assert metric(text, f'{name}{{tenant="{tenant_of_key(key_b)}"}}') == 1
+    assert metric(text, f'{name}{{tenant="{tenant_of_key(key_a)}/someone"}}') == 1
+    assert metric(text, f'{name}{{tenant="{tenant_of_key(key_a)}"}}') == 1
+    assert metric(text, f'{name}{{tenant="{tenant_of_key(key_b)}/someone"}}') == 1
+    # The header cannot take a call out of its key's share: no tenant "someone" of its own.
     assert 'tenant="someone"' not in text
     assert key_a not in text
 

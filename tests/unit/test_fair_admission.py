@@ -155,3 +155,48 @@ async def test_a_cancelled_waiter_of_one_tenant_leaves_the_others_their_order():
     assert await running == "a0"
     assert await staying == "c0"
     assert (gate.admission.in_flight, gate.admission.queued) == (0, 0)
+
+
+async def test_jobs_of_one_key_split_its_share_and_take_turns_within_it():
+    """Tenants "key/job" are jobs within the key's share: the key's turns alternate with the
+    other key's whatever its number of jobs, and within its turns its jobs take turns (a light
+    job is not stuck behind a flooding job of the same key)."""
+    gate = Gate(Admission(max_in_flight=1, max_queued=100, queue_timeout_s=30))
+    gate.submit("z", "z-first")  # holds the only slot while the queues fill
+    await settle()
+    tasks = [gate.submit("key-a/job-1", f"a1.{i}") for i in range(4)]
+    tasks.append(gate.submit("key-a/job-2", "a2.0"))
+    tasks += [gate.submit("key-b", f"b{i}") for i in range(2)]
+    await settle()
+    assert set(gate.admission.tenant_stats()) == {"z", "key-a/job-1", "key-a/job-2", "key-b"}
+    for _ in range(8):
+        await gate.finish(gate.started[-1])
+    # Key tags: key-a 0, 1, 2, ... and key-b 0, 1 (the earlier arrival on a tie); key-a's turns
+    # go to job-1 (tag 0), job-2 (0, after job-1's on the tie), then job-1's rest.
+    assert gate.started == ["z-first", "a1.0", "b0", "a2.0", "b1", "a1.1", "a1.2", "a1.3"]
+    await asyncio.gather(*tasks)
+    assert gate.admission.tenant_stats() == {}
+
+
+async def test_the_bounds_of_a_tenant_count_every_job_of_its_key():
+    admission = Admission(
+        max_in_flight=1, max_queued=100, queue_timeout_s=30, max_queued_per_tenant=2, max_tenants=2
+    )
+    gate = Gate(admission)
+    tasks = [gate.submit("key-a/job-1", f"a{i}") for i in range(3)]  # one runs, two wait
+    tasks.append(gate.submit("key-b/job-1", "b0"))
+    await settle()
+    with pytest.raises(OverloadedError) as refused:
+        await admission.admitted(asyncio.sleep(0), 30, "key-a/job-2")
+    assert refused.value.bound == "tenant_queue"
+    assert "tenant 'key-a' has 2 judgments queued" in str(refused.value)
+    # Another job of a key already active is no new tenant; a third key is.
+    with pytest.raises(OverloadedError) as refused:
+        await admission.admitted(asyncio.sleep(0), 30, "key-c/job-1")
+    assert refused.value.bound == "tenants"
+    tasks.append(gate.submit("key-b/job-2", "b1"))
+    await settle()
+    assert admission.tenant_stats()["key-b/job-2"].queued == 1
+    for name in ("a0", "b0", "a1", "b1", "a2"):
+        await gate.finish(name)
+    assert len(await asyncio.gather(*tasks)) == 5

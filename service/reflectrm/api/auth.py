@@ -1,18 +1,25 @@
-"""Optional API keys: ``Authorization: Bearer <key>`` on every route but the probes.
+"""Optional API keys: ``Authorization: Bearer <key>`` on every route but the probes, or the key
+as the password of HTTP Basic auth, for clients that can set only a URL.
 
 Off unless keys are configured (``REFLECTRM_API_KEYS``, ``REFLECTRM_API_KEY_FILE``). With keys,
-a request without a valid key gets 401 with ``WWW-Authenticate: Bearer``; ``/health`` and
+a request without a valid key gets 401 with ``WWW-Authenticate: Bearer``; the key may also come
+as ``Authorization: Basic base64(job:key)``, which HTTP clients such as aiohttp and requests send
+for a URL with user info (``http://job-a:KEY@judge:8000/get_reward``: OpenRLHF's client sends no
+headers of its own), the user name naming the job (``dependencies.tenant_of``); ``/health`` and
 ``/ready`` stay open for orchestrators, and so does ``/metrics`` unless
 ``REFLECTRM_METRICS_REQUIRE_KEY`` is set. Keys are compared as SHA-256 digests with
 ``hmac.compare_digest``, against every configured key, so the time taken does not depend on how
 much of a key matched. Keys never appear in logs or error messages.
 
 A valid key is also its caller's tenant for fair queuing: ``key-`` and the first 12 hex digits of
-the key's SHA-256 (``tenant_of_key``), a name that says which key without being it.
+the key's SHA-256 (``tenant_of_key``), a name that says which key without being it. A job the
+caller names (the Basic user name) is a tenant within the key's share, ``key-.../job-a``.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import hmac
 import json
@@ -30,6 +37,7 @@ OPEN_PATHS = frozenset(
     {"/health", "/ready", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"}
 )
 REALM = 'Bearer realm="reflectrm"'
+BASIC_REALM = 'Basic realm="reflectrm", charset="UTF-8"'
 
 
 class KeyConfigError(ValueError):
@@ -96,28 +104,70 @@ class ApiKeyAuth:
             await self.app(scope, receive, send)
             return
         token = _bearer(scope)
-        if token is None:
+        basic = basic_credentials(scope) if token is None else None
+        if basic is not None:
+            key = basic[1]
+            if not self.allowed(key):
+                await _refuse(
+                    send,
+                    "the API key is not valid: the password of HTTP Basic auth (the KEY of a "
+                    "URL http://JOB:KEY@host:port/...) must be one of this service's API keys",
+                    f"{REALM}, {BASIC_REALM}",
+                )
+                return
+        elif token is not None:
+            key = token
+            if not self.allowed(key):
+                await _refuse(send, "the API key is not valid", f'{REALM}, error="invalid_token"')
+                return
+        elif authorization(scope, b"basic") is not None:
             await _refuse(
                 send,
-                "this service needs an API key: send the header Authorization: Bearer <key>",
+                "the Authorization header's Basic credentials are not base64 of "
+                "'user:password'; the API key is the password (a URL "
+                "http://JOB:KEY@host:port/... sends it so)",
+                f"{REALM}, {BASIC_REALM}",
+            )
+            return
+        else:
+            await _refuse(
+                send,
+                "this service needs an API key: send the header Authorization: Bearer <key>, "
+                "or, from a client that sends no headers, give it in the URL as the password "
+                "of HTTP Basic auth: http://JOB:KEY@host:port/... (JOB names the job)",
                 REALM,
             )
             return
-        if not self.allowed(token):
-            await _refuse(send, "the API key is not valid", f'{REALM}, error="invalid_token"')
-            return
-        scope.setdefault("state", {})[TENANT_KEY] = tenant_of_key(token)
+        scope.setdefault("state", {})[TENANT_KEY] = tenant_of_key(key)
         await self.app(scope, receive, send)
 
 
-def _bearer(scope: Scope) -> bytes | None:
+def authorization(scope: Scope, scheme: bytes) -> bytes | None:
+    """The credentials of the request's Authorization header if it uses ``scheme``."""
     for name, value in scope.get("headers", ()):
         if name == b"authorization":
-            scheme, _, token = value.partition(b" ")
-            if scheme.lower() == b"bearer" and token.strip():
-                return token.strip()
-            return None
+            given, _, credentials = value.partition(b" ")
+            return credentials.strip() if given.lower() == scheme else None
     return None
+
+
+def basic_credentials(scope: Scope) -> tuple[str, bytes] | None:
+    """HTTP Basic auth's user name and password (RFC 7617), or None without well-formed ones."""
+    encoded = authorization(scope, b"basic")
+    if not encoded:
+        return None
+    try:
+        user, sep, password = base64.b64decode(encoded, validate=True).partition(b":")
+    except (binascii.Error, ValueError):
+        return None
+    if not sep:
+        return None
+    return user.decode("utf-8", errors="replace"), password
+
+
+def _bearer(scope: Scope) -> bytes | None:
+    token = authorization(scope, b"bearer")
+    return token or None
 
 
 async def _refuse(send: Send, detail: str, challenge: str) -> None:

@@ -645,3 +645,10 @@ class OpenRLHFOptions(BaseModel):
     )
     strategy: GroupStrategy = Field("knockout", description=COHORT_STRATEGY_DESCRIPTION)
     cohort_timeout_s: float | None = Field(None, gt=0, description=COHORT_TIMEOUT_DESCRIPTION)
+    tenant: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9._:-]{1,64}$",
+        description="The tenant, i.e. the job (within the API key's share when keys are on), "
+        "for clients that can set only the URL; the user name of HTTP Basic auth "
+        "(http://job-a:KEY@host:8000/get_reward) or the X-Reflectrm-Tenant header come first.",
+    )

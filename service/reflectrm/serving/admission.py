@@ -10,7 +10,11 @@ its tenant's virtual start time, max(now, the tenant's previous tag + 1/weight),
 tag goes first. A tenant with one judgment waiting is therefore served within one round however
 much another tenant has queued (a light evaluation job is not stuck behind a flooding training
 job), and a weight-2 tenant gets two slots to a weight-1 tenant's one. Within a tenant, first
-come, first served. The wait is bounded three ways: by the queue's length in all
+come, first served. A tenant may be a job within a share, named ``share/job`` (an API key and
+the job its caller names): the share takes the tenant's place above, with its weight and bounds,
+and its turns go to its jobs by the same fair queuing among them, so a key's jobs split the
+key's share instead of adding to it, and a light job of a key is not stuck behind a flooding
+job of the same key. The wait is bounded three ways: by the queue's length in all
 (``max_queued``), by each tenant's (``max_queued_per_tenant``), and by time
 (``queue_timeout_s``); past any of them the call ends in ``OverloadedError`` (429) with a
 Retry-After estimated from the measured service rate. ``max_in_flight_per_tenant`` caps the
@@ -50,6 +54,15 @@ RATE_WINDOW = 64
 
 
 DEFAULT_TENANT = "default"
+# A tenant "share/job" is a job within a share (an API key's tenant and the job its caller
+# names): the share is what fair queuing, weights and the per-tenant bounds count.
+JOB_SEPARATOR = "/"
+
+
+def share_of(tenant: str) -> str:
+    """The share a tenant's judgments count against: the part before the first "/" (the API
+    key's tenant of "key-.../job-a"), or the tenant itself."""
+    return tenant.split(JOB_SEPARATOR, 1)[0]
 
 
 @dataclass
@@ -62,32 +75,92 @@ class TenantStats:
 
 @dataclass
 class _Waiter:
-    tag: float  # virtual start time: the smallest goes first
     seq: int  # arrival order, for equal tags
     future: asyncio.Future[None]
 
 
 @dataclass
+class _Flow:
+    """Start-time fair queuing state of a share among the shares, or of a job within its share.
+    Tags are given lazily: ``head`` is the virtual start time of the flow's next judgment while
+    it has one waiting (None otherwise), ``max(virtual time, next_tag)`` when it starts to wait,
+    then ``next_tag`` for as long as it keeps waiting; each judgment served moves ``next_tag`` on
+    by 1/weight."""
+
+    weight: int = 1
+    next_tag: float = 0.0
+    head: float | None = None
+
+    def wait(self, virtual: float) -> None:
+        if self.head is None:
+            self.head = max(virtual, self.next_tag)
+
+    def serve(self, virtual: float) -> float:
+        """One judgment of the flow goes (waiting, or admitted at once): its tag."""
+        tag = self.head if self.head is not None else max(virtual, self.next_tag)
+        self.next_tag = tag + 1.0 / self.weight
+        self.head = None
+        return tag
+
+
+@dataclass
 class _Tenant:
+    """A job: its own queue, first come, first served."""
+
     name: str
-    weight: int
+    flow: _Flow = field(default_factory=_Flow)
     waiters: deque[_Waiter] = field(default_factory=deque)
     in_flight: int = 0
-    # Virtual time at which this tenant's next judgment may start (its last tag + 1/weight).
-    next_tag: float = 0.0
 
     def queued(self) -> int:
         return sum(not w.future.done() for w in self.waiters)
 
-    def tag(self, now: float) -> float:
-        start = max(now, self.next_tag)
-        self.next_tag = start + 1.0 / self.weight
-        return start
+    def head(self) -> _Waiter | None:
+        """The first waiter still waiting (those that left are dropped)."""
+        while self.waiters and self.waiters[0].future.done():
+            self.waiters.popleft()
+        if not self.waiters:
+            self.flow.head = None
+            return None
+        return self.waiters[0]
+
+
+@dataclass
+class _Share:
+    """A share (an API key, or a tenant named without a job): its weight, bounds and place in
+    the round robin, and its jobs, served fairly among themselves."""
+
+    name: str
+    flow: _Flow
+    jobs: dict[str, _Tenant] = field(default_factory=dict)
+    in_flight: int = 0
+    # Virtual time among the share's jobs: the tag of the job's judgment served last.
+    virtual: float = 0.0
+
+    def queued(self) -> int:
+        return sum(job.queued() for job in self.jobs.values())
+
+    def next_job(self) -> tuple[_Tenant, _Waiter] | None:
+        """The job whose head waiter goes next within the share (smallest tag, then arrival)."""
+        best: tuple[_Tenant, _Waiter] | None = None
+        best_key = (0.0, 0)
+        for job in self.jobs.values():
+            head = job.head()
+            if head is None:
+                continue
+            job.flow.wait(self.virtual)
+            key = (job.flow.head or 0.0, head.seq)
+            if best is None or key < best_key:
+                best, best_key = (job, head), key
+        if best is None:
+            self.flow.head = None
+        return best
 
 
 class Admission:
     """Slots for judgments in flight, with bounded per-tenant queues served in weighted round
-    robin (first come, first served within a tenant)."""
+    robin (first come, first served within a tenant); a tenant "share/job" is a job served in
+    its share's turn, in round robin with the share's other jobs."""
 
     def __init__(
         self,
@@ -115,7 +188,7 @@ class Admission:
         self._clock = clock
         self._in_flight = 0
         self._queued = 0
-        self._tenants: dict[str, _Tenant] = {}
+        self._shares: dict[str, _Share] = {}
         # Virtual time: the tag of the judgment admitted last.
         self._virtual = 0.0
         self._seq = 0
@@ -136,7 +209,11 @@ class Admission:
         return self._queued
 
     def tenant_stats(self) -> dict[str, TenantStats]:
-        return {name: TenantStats(t.queued(), t.in_flight) for name, t in self._tenants.items()}
+        return {
+            name: TenantStats(job.queued(), job.in_flight)
+            for share in self._shares.values()
+            for name, job in share.jobs.items()
+        }
 
     def service_rate(self) -> float | None:
         """Judgments completed per second over the recent window, or None before two exist."""
@@ -159,7 +236,7 @@ class Admission:
         """Admit nothing more (shutdown, engine failure): queued callers are told at once."""
         if self.closed is None:
             self.closed = reason
-        for tenant in self._tenants.values():
+        for tenant in [job for share in self._shares.values() for job in share.jobs.values()]:
             while tenant.waiters:
                 waiter = tenant.waiters.popleft().future
                 if not waiter.done():
@@ -185,29 +262,34 @@ class Admission:
         finally:
             self._release(tenant)
 
-    def _tenant(self, name: str) -> _Tenant:
-        tenant = self._tenants.get(name)
-        if tenant is None:
-            if len(self._tenants) >= self.max_tenants:
+    def _job(self, name: str) -> tuple[_Share, _Tenant]:
+        """The tenant's job, and the share it counts against (a new share is refused past
+        ``max_tenants``)."""
+        share_name = share_of(name)
+        share = self._shares.get(share_name)
+        if share is None:
+            if len(self._shares) >= self.max_tenants:
                 raise OverloadedError(
-                    f"{len(self._tenants)} tenants have judgments queued or in flight, the "
+                    f"{len(self._shares)} tenants have judgments queued or in flight, the "
                     f"limit (REFLECTRM_MAX_TENANTS={self.max_tenants}); retry after the "
                     "Retry-After seconds",
                     self.retry_after_s(),
                     "tenants",
                 )
-            tenant = self._tenants[name] = _Tenant(name, max(1, self.weights.get(name, 1)))
-        return tenant
+            weight = max(1, self.weights.get(share_name, 1))
+            share = self._shares[share_name] = _Share(share_name, _Flow(weight))
+        job = share.jobs.get(name)
+        if job is None:
+            job = share.jobs[name] = _Tenant(name)
+        return share, job
 
-    def _forget_if_idle(self, tenant: _Tenant) -> None:
-        """A tenant with nothing queued or in flight is dropped (its counts live on in the
-        metrics), so the tenants held stay bounded by those active."""
-        if (
-            tenant.in_flight == 0
-            and tenant.queued() == 0
-            and self._tenants.get(tenant.name) is tenant
-        ):
-            del self._tenants[tenant.name]
+    def _forget_if_idle(self, share: _Share, job: _Tenant) -> None:
+        """A job, and a share, with nothing queued or in flight is dropped (its counts live on
+        in the metrics), so the tenants held stay bounded by those active."""
+        if job.in_flight == 0 and job.queued() == 0 and share.jobs.get(job.name) is job:
+            del share.jobs[job.name]
+        if not share.jobs and self._shares.get(share.name) is share:
+            del self._shares[share.name]
 
     def _refuse(self, detail: str, bound: str) -> OverloadedError:
         return OverloadedError(detail, self.retry_after_s(), bound)
@@ -215,37 +297,40 @@ class Admission:
     async def _acquire(self, name: str) -> float:
         if self.closed is not None:
             raise ClosedError(self.closed)
-        tenant = self._tenant(name)
+        share, job = self._job(name)
         if (
             self._in_flight < self.max_in_flight
-            and tenant.in_flight < self.max_in_flight_per_tenant
-            and self._next_tenant() is None  # nobody waiting could take the free slot
+            and share.in_flight < self.max_in_flight_per_tenant
+            and self._next() is None  # nobody waiting could take the free slot
         ):
-            self._virtual = tenant.tag(self._virtual)
-            self._take(tenant)
+            self._virtual = share.flow.serve(self._virtual)
+            share.virtual = job.flow.serve(share.virtual)
+            self._take(share, job)
             return 0.0
         if self._queued >= self.max_queued:
-            self._forget_if_idle(tenant)
+            self._forget_if_idle(share, job)
             raise self._refuse(
                 f"{self._in_flight} judgments in flight and {self._queued} queued, the "
                 "limits (REFLECTRM_MAX_CONCURRENT_JUDGMENTS, REFLECTRM_MAX_QUEUED_JUDGMENTS); "
                 "retry after the Retry-After seconds",
                 "queue",
             )
-        mine = tenant.queued()
+        mine = share.queued()
         if mine >= self.max_queued_per_tenant:
-            self._forget_if_idle(tenant)
+            self._forget_if_idle(share, job)
             raise self._refuse(
-                f"tenant {name!r} has {mine} judgments queued, its limit "
+                f"tenant {share.name!r} has {mine} judgments queued, its limit "
                 f"(REFLECTRM_MAX_QUEUED_PER_TENANT={self.max_queued_per_tenant}), with "
-                f"{tenant.in_flight} in flight; retry after the Retry-After seconds",
+                f"{share.in_flight} in flight; retry after the Retry-After seconds",
                 "tenant_queue",
             )
         started = self._clock()
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._seq += 1
-        entry = _Waiter(tenant.tag(self._virtual), self._seq, waiter)
-        tenant.waiters.append(entry)
+        entry = _Waiter(self._seq, waiter)
+        job.waiters.append(entry)
+        job.flow.wait(share.virtual)
+        share.flow.wait(self._virtual)
         self._queued += 1
         self._dispatch()  # a slot may be free while other tenants wait at their own caps
         try:
@@ -261,10 +346,9 @@ class Admission:
                 self._queued -= 1  # still in the queue: it leaves it
                 waiter.cancel()
             with contextlib.suppress(ValueError):
-                tenant.waiters.remove(entry)
-            if tenant.queued() == 0:  # its place in the virtual time is given back
-                tenant.next_tag = min(tenant.next_tag, self._virtual)
-            self._forget_if_idle(tenant)
+                job.waiters.remove(entry)
+            share.next_job()  # a job, or the share, left with nobody waiting loses its tag
+            self._forget_if_idle(share, job)
             if isinstance(exc, TimeoutError):
                 raise self._refuse(
                     f"no judgment slot within {self.queue_timeout_s:g} s "
@@ -274,41 +358,52 @@ class Admission:
             raise
         return self._clock() - started
 
-    def _take(self, tenant: _Tenant) -> None:
+    def _take(self, share: _Share, job: _Tenant) -> None:
         self._in_flight += 1
-        tenant.in_flight += 1
+        share.in_flight += 1
+        job.in_flight += 1
 
     def _release(self, name: str) -> None:
         self._completions.append(self._clock())
-        tenant = self._tenants[name]
-        tenant.in_flight -= 1
+        share = self._shares[share_of(name)]
+        job = share.jobs[name]
+        job.in_flight -= 1
+        share.in_flight -= 1
         self._in_flight -= 1
         self._dispatch()
-        self._forget_if_idle(tenant)
+        self._forget_if_idle(share, job)
 
     def _dispatch(self) -> None:
-        """Hand free slots to waiting callers: the smallest tag among the tenants below their
-        own cap goes first."""
+        """Hand free slots to waiting callers: the share with the smallest tag among those
+        below their own cap goes first, and within it the job with the smallest tag."""
         while self._in_flight < self.max_in_flight:
-            tenant = self._next_tenant()
-            if tenant is None:
+            picked = self._next()
+            if picked is None:
                 return
-            entry = tenant.waiters.popleft()
+            share, job, entry = picked
+            job.waiters.popleft()  # ``entry``, the job's head
             self._queued -= 1
-            self._virtual = max(self._virtual, entry.tag)
-            self._take(tenant)
+            self._virtual = max(self._virtual, share.flow.serve(self._virtual))
+            share.virtual = max(share.virtual, job.flow.serve(share.virtual))
+            if job.head() is not None:  # still waiting: its next judgment's tag
+                job.flow.wait(share.virtual)
+            if share.next_job() is not None:
+                share.flow.wait(self._virtual)
+            self._take(share, job)
             entry.future.set_result(None)  # the slot passes to this caller
 
-    def _next_tenant(self) -> _Tenant | None:
-        best: _Tenant | None = None
-        for tenant in self._tenants.values():
-            while tenant.waiters and tenant.waiters[0].future.done():
-                tenant.waiters.popleft()  # left the queue (cancelled, timed out)
-            if not tenant.waiters or tenant.in_flight >= self.max_in_flight_per_tenant:
+    def _next(self) -> tuple[_Share, _Tenant, _Waiter] | None:
+        best: tuple[_Share, _Tenant, _Waiter] | None = None
+        best_key = (0.0, 0)
+        for share in self._shares.values():
+            picked = share.next_job()
+            if picked is None or share.in_flight >= self.max_in_flight_per_tenant:
                 continue
-            head = tenant.waiters[0]
-            if best is None or (head.tag, head.seq) < (best.waiters[0].tag, best.waiters[0].seq):
-                best = tenant
+            share.flow.wait(self._virtual)
+            job, head = picked
+            key = (share.flow.head or 0.0, head.seq)
+            if best is None or key < best_key:
+                best, best_key = (share, job, head), key
         return best
 
     async def admitted(
