@@ -71,6 +71,10 @@ MARGIN_BUCKETS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 REFUSAL_BOUNDS = ("queue", "tenant_queue", "queue_timeout", "tenants", "call_work", "cohorts")
 # How a cohort closed: every member arrived, the timeout cut it, or every caller had gone.
 COHORT_ENDS = ("full", "cut", "abandoned")
+# Why the timeout cut a cohort: half or more of its members never came (what a trainer rotating
+# several judge URLs makes: each judge gets a share of every group), or fewer than half.
+CUT_REASONS = ("most_missing", "some_missing")
+CutReason = Literal["most_missing", "some_missing"]
 COHORT_WAIT_BUCKETS_S = (
     0.0, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 300.0, 600.0,
 )  # fmt: skip
@@ -243,6 +247,21 @@ class Metrics:
             ["how"],
             registry=r,
         )
+        self.cohorts_cut = Counter(
+            f"{PREFIX}cohorts_cut_total",
+            "Cohorts cut by the timeout with members missing, by reason: most_missing (half or "
+            "more never arrived: members may be going to other judge URLs, as a trainer "
+            "rotating several URLs sends them), some_missing (fewer than half).",
+            ["reason"],
+            registry=r,
+        )
+        self.cohort_members_missing = Counter(
+            f"{PREFIX}cohort_members_missing_total",
+            "Members that cut cohorts were missing (group_size minus those that arrived).",
+            registry=r,
+        )
+        for reason in CUT_REASONS:
+            self.cohorts_cut.labels(reason)
         self.merged_duplicates = Counter(
             f"{PREFIX}merged_duplicates_total",
             "Completions of judged groups identical to another after whitespace normalisation: "
@@ -321,6 +340,11 @@ class Metrics:
         self.cohorts_closed.labels(how).inc()
         for seconds in waits_s:
             self.cohort_wait.observe(seconds)
+
+    def observe_cut(self, reason: CutReason, missing: int) -> None:
+        """A cohort cut by the timeout with ``missing`` members missing."""
+        self.cohorts_cut.labels(reason).inc()
+        self.cohort_members_missing.inc(missing)
 
     def observe_group(self, strategy: str, judgments: int, completions: int, merged: int) -> None:
         """A judged group: its judgments per completion rewarded, and its merged duplicates."""

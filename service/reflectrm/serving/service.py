@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import logging
 from collections.abc import Coroutine, Hashable, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -28,7 +29,7 @@ from reflectrm.judging.debias import both_orders, flipped, single_order
 from reflectrm.judging.groups import Comparison, design
 from reflectrm.judging.judge import Judge, PromptTooLongError, consistent, swapped
 from reflectrm.judging.types import Judgment, JudgmentSpec, Message
-from reflectrm.metrics import Metrics
+from reflectrm.metrics import CutReason, Metrics
 from reflectrm.serving.admission import Admission, until_disconnected
 from reflectrm.serving.cohorts import Cohort, Cohorts, Seat
 from reflectrm.serving.context import CallContext
@@ -60,6 +61,7 @@ from reflectrm.serving.types import (
 from reflectrm.settings import Settings
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 LOADING = "the engine is loading; retry when GET /ready answers 200"
 
@@ -330,6 +332,35 @@ class JudgingService:
         assert cohort.how is not None
         closed = cohort.closed_at
         self.metrics.observe_cohort(cohort.how, [closed - m.arrived for m in cohort.members])
+        if cohort.cut:
+            self._cohort_cut(cohort)
+
+    def _cohort_cut(self, cohort: Cohort) -> None:
+        """Say that a cohort was cut with members missing, and why that may be: a trainer
+        rotating several judge URLs (OpenRLHF with comma-separated --reward.remote_url values)
+        sends each judge a share of every group, and every cohort is then cut."""
+        size, arrived = cohort.terms.group_size, len(cohort.members)
+        missing = size - arrived
+        if missing <= 0:
+            return
+        reason: CutReason = "most_missing" if 2 * missing >= size else "some_missing"
+        self.metrics.observe_cut(reason, missing)
+        tenant = cohort.payload[0]
+        log.warning(
+            "cohort %s of tenant %s cut by its %g s timeout with %d of %d members (%d missing): "
+            "judged as a group of %d. Members may be going to other judge URLs: a trainer given "
+            "several comma-separated judge URLs (OpenRLHF's --reward.remote_url) rotates them "
+            "per call and splits every group across judges; give each job one judge URL (a "
+            "judge scales by its engine fleet, docs/scaling.md). Otherwise the trainer's "
+            "samples per prompt differ from group_size, or samples failed or came late.",
+            cohort.group_id,
+            tenant,
+            cohort.terms.timeout_s,
+            arrived,
+            size,
+            missing,
+            arrived,
+        )
 
     @staticmethod
     def _record_member(call: CallContext, result: MemberResult) -> None:
