@@ -20,8 +20,9 @@ async def _never() -> bool:
 @dataclass
 class CallContext:
     request_id: str
-    # Whose call it is, for fair queuing and per-tenant bounds: the API key's identity, or the
-    # tenant the caller named when keys are off.
+    # Whose call it is, for fair queuing and per-tenant bounds: the API key's identity (with
+    # "/job" for a job the caller named: a tenant within the key's share), or the tenant the
+    # caller named when keys are off.
     tenant: str = DEFAULT_TENANT
     # True once the caller has gone away; the call's work is then cancelled.
     is_disconnected: Callable[[], Awaitable[bool]] = _never
