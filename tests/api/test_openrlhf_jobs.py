@@ -128,7 +128,8 @@ def test_with_keys_off_the_user_name_or_the_tenant_parameter_names_the_job():
     assert counts == {"default": 0, "job-a": 2, "job-b": 2}
 
 
-def test_a_wrong_password_is_401_saying_the_password_is_the_api_key():
+def test_a_wrong_password_is_401_saying_the_password_is_the_api_key(caplog):
+    caplog.set_level(logging.INFO)
     with served(engine(), api_keys=KEY) as url:
         body = {"query": [PROMPT + A], "prompts": [PROMPT], "labels": ["reference"]}
         wrong = httpx.post(f"{url}/get_reward", json=body, auth=("job-a", KEY + "x"))
@@ -149,3 +150,7 @@ def test_a_wrong_password_is_401_saying_the_password_is_the_api_key():
     assert "http://JOB:KEY@host:port/" in missing.json()["detail"]
     assert bad_job.status_code == 422
     assert "user name of HTTP Basic auth" in bad_job.json()["detail"]
+    # The refused calls are logged (route and status), the password never.
+    lines = [r.getMessage() for r in caplog.records]
+    assert sum('"status": 401' in m for m in lines) == 3
+    assert not [m for m in lines if KEY in m]
