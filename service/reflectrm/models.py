@@ -205,7 +205,7 @@ def resolve_model(model: str, cache_dir: Path, template_version: str | None) -> 
     if model in (DEFAULT_MODEL, BASE_MODEL):
         say = lambda m: log.info("%s", m)  # noqa: E731
         if model == DEFAULT_MODEL and is_judge_artifact(ARTIFACT_DIR):
-            path = prepare_default_judge(cache_dir, say)
+            path = prepare_default_judge(cache_dir, say, ARTIFACT_DIR)
         else:
             path = prepare_default_model(cache_dir, say)
         validate_checkpoint(path, template_version)

@@ -4,20 +4,17 @@ with a message naming the file; the merge equals peft's; the default setting ser
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from reflectrm.judge_artifact import (
     ADAPTER_CONFIG,
     ADAPTER_WEIGHTS,
-    ARTIFACT_DIR,
     ARTIFACT_MANIFEST,
     ArtifactError,
     file_sha256,
@@ -29,8 +26,6 @@ from reflectrm.judge_artifact import (
 from reflectrm.models import (
     DEFAULT_MODEL,
     CheckpointError,
-    default_cache_dir,
-    default_model_dir,
     resolve_model,
 )
 from reflectrm.settings import Settings
@@ -174,52 +169,38 @@ def test_a_missing_artifact_file_is_refused(base: Path, tmp_path: Path, gguf: Pa
         prepare_judge(tmp_path / "cache", gguf, lambda: base, lambda _: None, art)
 
 
-# --- the shipped artifact ----------------------------------------------------------------------
+# --- the default setting ------------------------------------------------------------------------
 
 
-def _require_base() -> Path:
-    folder = default_model_dir(default_cache_dir())
-    if not (folder / "config.json").is_file():
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"the default model is missing at {folder}: set-up prepares it")
-        pytest.skip(f"the default model is missing at {folder} (make setup prepares it)")
-    return folder
+def test_the_default_setting_serves_the_packaged_judge_when_there_is_one(
+    base: Path, tmp_path: Path, gguf: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import reflectrm.models as models
 
-
-def test_the_shipped_manifest_matches_its_files() -> None:
-    manifest = read_manifest(ARTIFACT_DIR)
-    for name, digest in manifest["files"].items():
-        assert file_sha256(ARTIFACT_DIR / name) == digest, name
-    assert manifest["template_version"] == "v1"
-    assert (ARTIFACT_DIR / ADAPTER_WEIGHTS).stat().st_size <= 30 * 1024 * 1024
-    for key in ("base_model", "data", "split", "command", "seed", "steps", "cpu", "heldout"):
-        assert key in manifest, key
-
-
-def test_the_default_setting_serves_the_shipped_judge() -> None:
-    _require_base()
+    art = _artifact(base, tmp_path, gguf)
+    monkeypatch.setattr(models, "ARTIFACT_DIR", art)
+    monkeypatch.setattr(models, "find_gguf", lambda cache, say: gguf)
+    monkeypatch.setattr(models, "prepare_default_model", lambda cache, say: base)
     assert Settings().model == DEFAULT_MODEL
-    cache = default_cache_dir()  # where serving builds it: built once, reused by the e2e tests
-    path = Path(resolve_model(DEFAULT_MODEL, cache, "v1"))
-    assert path == judge_dir(cache, read_manifest(ARTIFACT_DIR))
-    assert path.parent == cache / "models"
-    base = load_file(str(_require_base() / "model.safetensors"))
-    served = load_file(str(path / "model.safetensors"))
-    assert served.keys() == base.keys()
-    assert any(not torch.equal(served[k], base[k]) for k in base)  # the adapter is in it
-    # The base stays one setting away.
-    assert Path(resolve_model("base", cache, "v1")) == default_model_dir(cache)
-
-
-def test_a_tampered_shipped_artifact_stops_the_default(tmp_path: Path) -> None:
-    _require_base()
-    art = tmp_path / "judge"
-    shutil.copytree(ARTIFACT_DIR, art)
-    weights = load_file(str(art / ADAPTER_WEIGHTS))
-    key = sorted(weights)[0]
-    weights[key] = weights[key] + 1e-3
-    save_file(weights, str(art / ADAPTER_WEIGHTS))
-    from reflectrm.models import prepare_default_judge
-
+    cache = tmp_path / "cache"
+    served = Path(resolve_model(DEFAULT_MODEL, cache, "v1"))
+    assert served == judge_dir(cache, read_manifest(art))
+    assert Path(resolve_model("base", cache, "v1")) == base  # one setting away
+    # An artifact folder given as the model is built the same way.
+    assert Path(resolve_model(str(art), cache, "v1")) == served
+    # A tampered packaged artifact stops the default with the file's name.
+    data = bytearray((art / ADAPTER_WEIGHTS).read_bytes())
+    data[-1] ^= 0x01
+    (art / ADAPTER_WEIGHTS).write_bytes(bytes(data))
     with pytest.raises(CheckpointError, match=rf"{re.escape(ADAPTER_WEIGHTS)} has sha256"):
-        prepare_default_judge(tmp_path / "cache", lambda _: None, art)
+        resolve_model(DEFAULT_MODEL, cache, "v1")
+
+
+def test_without_a_packaged_judge_the_default_is_the_base_model(
+    base: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import reflectrm.models as models
+
+    monkeypatch.setattr(models, "ARTIFACT_DIR", tmp_path / "no-judge")
+    monkeypatch.setattr(models, "prepare_default_model", lambda cache, say: base)
+    assert Path(resolve_model(DEFAULT_MODEL, tmp_path / "cache", "v1")) == base
