@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 
 import httpx
-import pytest
 
 from reflectrm.evaluation.groups import report as group_report
 from reflectrm.evaluation.groups.data import Group, load_groups
@@ -19,12 +18,12 @@ from reflectrm.evaluation.groups.runner import (
 )
 from reflectrm.judging.judge import Judge
 from reflectrm.serving.service import JudgingService
-from tests.conftest import SHARED_DATA
+from tests.conftest import SHARED_DATA, needs
 from tests.e2e.conftest import E2E_MAX_TOKENS
 
-pytestmark = pytest.mark.skipif(
-    not (SHARED_DATA / "benchmarks").is_dir(),
-    reason=f"the shared benchmark files are absent ({SHARED_DATA}/benchmarks)",
+pytestmark = needs(
+    (SHARED_DATA / "benchmarks").is_dir(),
+    f"the shared benchmark files are absent ({SHARED_DATA}/benchmarks)",
 )
 
 # Two stage-1 samples, one engine request per judgment: short, and still seeded sampling.
