@@ -66,6 +66,7 @@ from loadtests.contenders import (
 from loadtests.run import RunError, free_port, launch_service, stop_process, wait_ready
 from loadtests.run import Service as Proc
 from loadtests.scenarios import REPO, Pairs, load_pairs, request_body
+from reflectrm.portable import portable
 
 # Settings every service in the run gets (the environment cannot change them): the judgments
 # are the only engine work, and reflections run whenever the method asks for them.
@@ -601,6 +602,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (RunError, FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    result = portable(result, REPO)  # paths relative to the repository, not this machine's
     (out / "summary.json").write_text(json.dumps(result, indent=2) + "\n")
     report = bench_report.markdown(result, result["run"]["contenders"])
     (out / "report.md").write_text(report + "\n")

@@ -37,6 +37,8 @@ from typing import Any
 import httpx
 import psutil
 
+from reflectrm.portable import portable
+
 ROOT = Path(__file__).resolve().parents[1]
 PAIR: dict[str, Any] = {
     "prompt": "What is the capital of France?",
@@ -403,6 +405,7 @@ def main() -> None:
     else:
         report = sigkill_serve(log)
     report = {"fault": args.fault, **report, "run_s": round(time.monotonic() - started, 1)}
+    report = portable(report, ROOT)  # paths relative to the repository, not this machine's
     text = json.dumps(report, indent=2)
     print(text)
     args.out.write_text(text + "\n")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +21,45 @@ from reflectrm.engines.base import (
 )
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def in_ci() -> bool:
+    """Running in CI (``CI`` set, as CI services set it: ``CI=true``), where every
+    prerequisite of the suite is installed."""
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def unavailable(reason: str) -> None:
+    """A prerequisite of this test is missing: a skip with ``reason`` on a developer's machine,
+    a failure in CI, where a skip would let a check pass silently that never ran."""
+    if in_ci():
+        pytest.fail(f"{reason} (CI is set: a missing prerequisite fails, it does not skip)")
+    pytest.skip(reason)
+
+
+def require(present: bool, reason: str) -> None:
+    """``unavailable(reason)`` unless ``present``."""
+    if not present:
+        unavailable(reason)
+
+
+def require_shared_data(*parts: str) -> Path:
+    """``../shared/data/<parts>`` beside the repository, required (see ``unavailable``)."""
+    path = SHARED_DATA.joinpath(*parts)
+    require(path.exists(), f"the shared data is absent ({path})")
+    return path
+
+
+def needs(present: bool, reason: str) -> pytest.MarkDecorator:
+    """``require`` as a mark (a test, a class or a module's ``pytestmark``), checked before any
+    fixture of the test is set up (none is started only to be skipped)."""
+    return pytest.mark.needs(present=present, reason=reason)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    for mark in item.iter_markers("needs"):
+        require(mark.kwargs["present"], mark.kwargs["reason"])
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

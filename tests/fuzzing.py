@@ -10,7 +10,11 @@ Every answer must be:
 - for a 4xx, a JSON ``detail`` that says what to fix: a non-empty sentence, or a list of errors
   each with a location and a message.
 
-The statuses seen are tallied per operation (``Tally``) for docs/reliability.md.
+The statuses seen are tallied per operation (``Tally``) for docs/reliability.md; a caller can
+require that an operation's valid requests were answered 200 at least once (``Tally.answered``),
+so that a service refusing everything does not pass. Where a body has a rule its JSON schema
+cannot state (``aligned``: /get_reward's three lists, one entry per sample), valid cases are
+made to keep it before they are sent.
 """
 
 from __future__ import annotations
@@ -73,6 +77,10 @@ class Tally:
     def add(self, key: str, status: int) -> None:
         self.counts.setdefault(key, Counter())[status] += 1
 
+    def answered(self, key: str) -> int:
+        """How many of the cases ``key`` ("POST /v1/judge (positive)") got a 200."""
+        return self.counts.get(key, Counter())[200]
+
     def total(self) -> int:
         return sum(sum(c.values()) for c in self.counts.values())
 
@@ -80,6 +88,23 @@ class Tally:
         if path:
             data = {k: dict(sorted(c.items())) for k, c in sorted(self.counts.items())}
             Path(path).write_text(json.dumps({"cases": self.total(), "statuses": data}, indent=2))
+
+
+def aligned(case: Any) -> None:
+    """A valid /get_reward body keeping the rule its schema cannot state: ``query``, ``prompts``
+    and ``labels`` have one entry per sample (each cut to the shortest), and each query is its
+    prompt followed by the response, as OpenRLHF sends it. Other bodies are left as they are."""
+    body = case.body
+    keys = ("query", "prompts", "labels")
+    if not isinstance(body, dict) or not all(isinstance(body.get(k), list) for k in keys):
+        return
+    n = min(len(body[k]) for k in keys)
+    if n == 0:
+        return
+    query, prompts, labels = (body[k][:n] for k in keys)
+    body.update(
+        query=[p + q for p, q in zip(prompts, query, strict=True)], prompts=prompts, labels=labels
+    )
 
 
 def fuzz(

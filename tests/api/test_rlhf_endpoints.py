@@ -15,8 +15,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from reflectrm.app import create_app
-from reflectrm.judging.debias import Debiased
-from reflectrm.judging.groups import Comparison, bradley_terry, comparison_seed, win_shares
+from reflectrm.judging.groups import Comparison, comparison_seed
 from reflectrm.settings import Settings
 from tests.api.conftest import PreferenceEngine, served
 from tests.conftest import ScriptedEngine, judgment
@@ -248,16 +247,13 @@ def test_empty_completion_gets_zero_without_a_judgment(client: TestClient):
     assert r["judgments"] == 2
 
 
-def fitted_from_reply(body: dict) -> list[float]:
-    """The Bradley-Terry win shares recomputed from the reply's own comparisons."""
-    results = []
-    for c in body["comparisons"]:
-        a, b = c["pair"]
-        comp = Comparison(a, b, c["seed"], c["round"])
-        verdicts = sum(o["winner"] is not None for o in c["orders"])
-        results.append((comp, Debiased(tuple(c["scores"]), None, verdicts, (), (), None)))
-    shares = win_shares(bradley_terry(results))
-    return [shares[i] for i in range(len(body["rewards"]))]
+# The rewards of the fitted strategies below are the Bradley-Terry win shares of the comparisons
+# made, with the prior (1/(2(k-1)) virtual wins each way per pair): they solve
+# W_i = sum_j n_ij p_i / (p_i + p_j) for every completion i, W_i its score sum plus 1/2 and n_ij
+# the comparisons of the pair plus 1/(k-1); reward_i = mean_j p_i / (p_i + p_j). Solved by hand
+# for the circular case (equal games per pair), the others numerically (Newton's method on the
+# log-likelihood, outside this code base), to 1e-9.
+FIT_TOLERANCE = 1e-9
 
 
 def test_knockout_of_two_is_the_fit_of_one_comparison(client: TestClient):
@@ -293,8 +289,17 @@ def test_knockout_runs_its_rounds_on_the_winners(client: TestClient):
     assert other["winner"] in (None, *final)
     assert comps[2]["winner"] == 0
     assert body["completions"][0]["rounds_survived"] == 2
-    assert body["rewards"] == pytest.approx(fitted_from_reply(body))
-    assert body["rewards"][0] == max(body["rewards"])
+    # Seed 3 draws the bracket (B, A) and (R, C); the C-R tie's coin sends R to the final.
+    assert [(c["pair"], c["scores"]) for c in comps] == [
+        ([3, 2], [0.5, 0.5]),
+        ([1, 0], [0.25, 0.75]),
+        ([3, 0], [0.375, 0.625]),
+    ]
+    # The fit of k = 4 (n_ij = 1/3 + games): A won 0.75 + 0.625 of its 2 games, R 0.5 + 0.375,
+    # C 0.5, B 0.25.
+    assert body["rewards"] == pytest.approx(
+        [0.6173546120, 0.4063505156, 0.4928500439, 0.4834448285], abs=FIT_TOLERANCE
+    )
 
 
 def test_circular_judges_each_against_the_next(client: TestClient):
@@ -306,9 +311,10 @@ def test_circular_judges_each_against_the_next(client: TestClient):
         [0.375, 0.625],
         [0.375, 0.625],
     ]
-    assert body["rewards"] == pytest.approx(fitted_from_reply(body))
-    a, b, c = body["rewards"]
-    assert a > c > b
+    # The fit of k = 3: every pair has n_ij = 1 + 1/2 games, so the fit's equations read
+    # W_i = 1.5 sum_j P(i beats j) and reward_i = W_i / 3. W_A = 0.5 + 0.75 + 0.625 = 1.875,
+    # W_B = 0.5 + 0.25 + 0.375 = 1.125, W_C = 0.5 + 0.625 + 0.375 = 1.5.
+    assert body["rewards"] == pytest.approx([0.625, 0.375, 0.5], abs=FIT_TOLERANCE)
     assert body["judgments"] == 6
 
 
@@ -325,7 +331,19 @@ def test_swiss_rounds_without_rematches_through_two_slots():
     assert one["judgments"] == 12
     assert len(eng.calls) == 24
     assert len({frozenset(x["pair"]) for x in one["comparisons"]}) == 6
-    assert one["rewards"] == pytest.approx(fitted_from_reply(one))
+    assert [(x["pair"], x["scores"]) for x in one["comparisons"]] == [
+        ([0, 3], [0.625, 0.375]),
+        ([4, 1], [0.5, 0.5]),
+        ([0, 4], [0.75, 0.25]),
+        ([1, 2], [0.375, 0.625]),
+        ([0, 2], [0.625, 0.375]),
+        ([3, 1], [0.625, 0.375]),
+    ]
+    # The fit of k = 5 (n_ij = 1/4 + games): A won 0.625 + 0.75 + 0.625 of 3, C 0.625 + 0.375
+    # of 2, R 0.375 + 0.625 of 2, B 0.5 + 0.375 + 0.375 of 3, epsilon 0.5 + 0.25 of 2.
+    assert one["rewards"] == pytest.approx(
+        [0.6346315356, 0.4153684644, 0.5157933733, 0.5157933733, 0.4184132534], abs=FIT_TOLERANCE
+    )
     # One seed reproduces the group: the same pairs, seeds and rewards.
     assert [(x["pair"], x["seed"]) for x in one["comparisons"]] == [
         (x["pair"], x["seed"]) for x in two["comparisons"]

@@ -32,6 +32,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import unavailable
+
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 TORCH_CPU = re.search(
@@ -50,13 +52,6 @@ ENGINE_ENV = {
     "REFLECTRM_MAX_MODEL_LEN": "4096",
     "REFLECTRM_MAX_TOKENS": "48",
 }
-
-
-def unavailable(message: str) -> None:
-    """Missing Docker is a skip on a developer's machine, a failure in CI (which installs it)."""
-    if os.environ.get("CI"):
-        pytest.fail(message)
-    pytest.skip(message)
 
 
 def tail(text: str, lines: int = 40) -> str:

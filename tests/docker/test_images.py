@@ -32,7 +32,7 @@ import httpx
 import pytest
 
 from reflectrm.settings import Settings
-from tests.conftest import SHARED_DATA
+from tests.conftest import require_shared_data
 from tests.docker.conftest import ENGINE_ENV, ROOT, Containers, Docker, tail, unavailable
 
 PAIR = {
@@ -297,9 +297,7 @@ def test_training_image_helps_and_builds_data(
     assert "build-data" in shown
     assert "grpo" in shown
 
-    pairs = SHARED_DATA / "train" / "pandalm_human_testset.jsonl.gz"
-    if not pairs.is_file():
-        pytest.skip(f"the shared training data is not at {pairs}")
+    pairs = require_shared_data("train", "pandalm_human_testset.jsonl.gz")
     out = tmp_path / "out"
     out.mkdir()
     out.chmod(0o777)  # written by the image's user, 10001

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 
 import httpx
-import pytest
 
 from reflectrm.evaluation.groups import report as group_report
 from reflectrm.evaluation.groups.data import Group, load_groups
@@ -17,19 +16,33 @@ from reflectrm.evaluation.groups.runner import (
     design_plan,
     run_group_units,
 )
-from reflectrm.judging.groups import design, judgments
 from reflectrm.judging.judge import Judge
 from reflectrm.serving.service import JudgingService
-from tests.conftest import SHARED_DATA
+from tests.conftest import SHARED_DATA, needs
 from tests.e2e.conftest import E2E_MAX_TOKENS
 
-pytestmark = pytest.mark.skipif(
-    not (SHARED_DATA / "benchmarks").is_dir(),
-    reason=f"the shared benchmark files are absent ({SHARED_DATA}/benchmarks)",
+pytestmark = needs(
+    (SHARED_DATA / "benchmarks").is_dir(),
+    f"the shared benchmark files are absent ({SHARED_DATA}/benchmarks)",
 )
 
 # Two stage-1 samples, one engine request per judgment: short, and still seeded sampling.
 SETTINGS = GroupSettings(mode="vote", num_candidates=2, max_tokens=E2E_MAX_TOKENS, seed=0)
+
+
+# The two shortest RM-Bench groups and what each design costs them, by hand from the design
+# definitions (reflectrm/judging/groups.py): chat-622 has 6 distinct completions;
+# safety-refuse-3542 has 5 (its 4th and 6th completions are one text, judged once). A knockout
+# of N entries is N - 1 comparisons in ceil(log2 N) rounds (a bracket of 8 with byes for both
+# here: 3 rounds); a circular design is N comparisons; debias swap judges each comparison in
+# both orders. (judgments, rounds) per (group, strategy):
+EXPECTED = {
+    ("chat-622", "knockout"): (2 * 5, 3),
+    ("chat-622", "circular"): (2 * 6, 1),
+    ("safety-refuse-3542", "knockout"): (2 * 4, 3),
+    ("safety-refuse-3542", "circular"): (2 * 5, 1),
+}
+DUPLICATE_OF = {"chat-622": [None] * 6, "safety-refuse-3542": [None] * 5 + [3]}
 
 
 def shortest_groups(k: int) -> list[Group]:
@@ -94,15 +107,17 @@ def test_group_designs_in_process_and_over_http_give_the_same_records(live, engi
     assert all(r["status"] == "ok" for r in in_process), in_process
     first, second = comparable(in_process), comparable(over_http)
     assert first == second, differences(first, second)
-    by_id = {g.id: g for g in groups}
+    assert sorted(g.id for g in groups) == ["chat-622", "safety-refuse-3542"]
+    assert sorted((r["group_id"], r["strategy"]) for r in in_process) == sorted(EXPECTED)
     for r in in_process:
-        body, group = r["response"], by_id[r["group_id"]]
-        entries = len(design(r["strategy"], group.completions, 0).entries)
+        body = r["response"]
+        judged, rounds = EXPECTED[(r["group_id"], r["strategy"])]
         assert len(body["rewards"]) == 6
-        assert body["judgments"] == judgments(r["strategy"], entries, "swap")
+        assert body["judgments"] == judged, (r["group_id"], r["strategy"])
+        assert body["rounds"] == rounds, (r["group_id"], r["strategy"])
+        duplicates = [c["duplicate_of"] for c in body["completions"]]
+        assert duplicates == DUPLICATE_OF[r["group_id"]]
         assert body["usage"]["generated_tokens"] > 0
-        if r["strategy"] == "knockout":
-            assert body["rounds"] == (entries - 1).bit_length()
 
     rows = {("group", r["group_id"], r["strategy"], r["debias"]): r for r in in_process}
     built = group_report.build(groups, [{"type": "run", "seed": 0}], rows, seed=0, resamples=50)

@@ -8,7 +8,6 @@ import asyncio
 import concurrent.futures
 import json
 import math
-import os
 import shutil
 import subprocess
 import time
@@ -23,6 +22,7 @@ import yaml
 
 from reflectrm.app import create_app
 from tests.api.test_metrics import DASHBOARDS, exposed, named_metrics, parse, value
+from tests.conftest import unavailable
 from tests.e2e.conftest import LiveService, e2e_settings, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -68,10 +68,7 @@ def prometheus(service: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     service and a 1 s scrape interval."""
     binary = shutil.which("prometheus")
     if binary is None:
-        message = "prometheus is not installed: run scripts/system-deps.sh (make test does)"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+        unavailable("prometheus is not installed: run scripts/system-deps.sh (make test does)")
     folder = tmp_path_factory.mktemp("prometheus")
     config = yaml.safe_load((ROOT / "deploy" / "prometheus.yml").read_text())
     config["global"].update(scrape_interval="1s", evaluation_interval="1s")

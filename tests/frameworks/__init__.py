@@ -20,7 +20,15 @@ only their heavy imports (torch-free stand-ins for ray, DataProto, tokenizers, l
   the rule-based graders); ``GenerateState``, the tracing decorators, the sample hooks and
   SGLang generation are stubbed.
 
-All three are Apache-2.0. ``MANIFEST`` holds each file's SHA-256, checked on every load.
+- ``nemo-gym-07d6b0d/``: from NVIDIA-NeMo/Gym at commit 07d6b0d07b22 (the commit
+  docs/nemo-gym.md reads): ``resources_servers/genrm_compare/app.py`` (the resources server:
+  ``compare``, ``verify`` and its cohorts, the parse retries) and ``utils.py`` (pairs, parsing,
+  aggregation), ``responses_api_models/genrm_model/app.py`` (``GenRMModelMixin``), all whole and
+  run as they are. Stood in for (``nemo_gym``): the nemo_gym base classes and Responses types
+  they import, ``LocalVLLMModel`` (reduced to ``VLLMModel``'s chat-completion path, which it is
+  once ``base_url`` is set) and the ServerClient hop from genrm_compare to genrm_model.
+
+All four are Apache-2.0. ``MANIFEST`` holds each file's SHA-256, checked on every load.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ import ast
 import asyncio
 import contextlib
 import hashlib
+import json
 import logging
 import sys
 import types
@@ -295,3 +304,246 @@ def slime() -> types.SimpleNamespace:
         rollout_ns,
     )
     return types.SimpleNamespace(Sample=types_mod.Sample, **rm, **rollout)
+
+
+# --- NeMo Gym ----------------------------------------------------------------------------------
+
+GYM = "nemo-gym-07d6b0d/"
+
+
+def _gym_openai_utils() -> types.ModuleType:
+    """nemo_gym/openai_utils.py's Responses types, as far as genrm_compare and genrm_model use
+    them (a message of the input, the create params, a response), extra fields kept."""
+    from pydantic import BaseModel, ConfigDict
+
+    class NeMoGymEasyInputMessage(BaseModel):
+        model_config = ConfigDict(extra="allow")
+        role: str
+        content: Any
+        type: str = "message"
+
+    class NeMoGymResponseCreateParamsNonStreaming(BaseModel):
+        model_config = ConfigDict(extra="allow")
+        input: Any = []
+        model: str | None = None
+        max_output_tokens: int | None = None
+        temperature: float | None = None
+        top_p: float | None = None
+        metadata: dict[str, str] | None = None
+
+    class NeMoGymResponse(BaseModel):
+        model_config = ConfigDict(extra="allow")
+        id: str = "resp"
+        output: list[dict[str, Any]] = []
+
+    return module(
+        "nemo_gym.openai_utils",
+        NeMoGymEasyInputMessage=NeMoGymEasyInputMessage,
+        NeMoGymResponseCreateParamsNonStreaming=NeMoGymResponseCreateParamsNonStreaming,
+        NeMoGymResponse=NeMoGymResponse,
+    )
+
+
+def _gym_resources_server(openai_utils: types.ModuleType) -> types.ModuleType:
+    """nemo_gym/base_resources_server.py's classes that genrm_compare builds on."""
+    from fastapi import FastAPI
+    from pydantic import BaseModel, ConfigDict
+
+    class BaseResourcesServerConfig(BaseModel):  # BaseRunServerInstanceConfig's fields
+        host: str = "127.0.0.1"
+        port: int = 0
+        entrypoint: str = "app.py"
+        name: str = ""
+
+    class BaseVerifyRequest(BaseModel):
+        responses_create_params: openai_utils.NeMoGymResponseCreateParamsNonStreaming  # type: ignore[name-defined]
+        response: openai_utils.NeMoGymResponse  # type: ignore[name-defined]
+
+    class BaseVerifyResponse(BaseVerifyRequest):
+        reward: float
+
+    class SimpleResourcesServer(BaseModel):
+        model_config = ConfigDict(arbitrary_types_allowed=True)
+        config: BaseResourcesServerConfig
+        server_client: Any = None
+
+        def setup_webserver(self) -> FastAPI:
+            return FastAPI()
+
+    return module(
+        "nemo_gym.base_resources_server",
+        BaseResourcesServerConfig=BaseResourcesServerConfig,
+        BaseVerifyRequest=BaseVerifyRequest,
+        BaseVerifyResponse=BaseVerifyResponse,
+        SimpleResourcesServer=SimpleResourcesServer,
+    )
+
+
+def _gym_vllm_model() -> tuple[types.ModuleType, types.ModuleType]:
+    """What GenRMModel is once ``base_url`` is set: ``LocalVLLMModel`` reduced to
+    ``VLLMModel``'s path for a chat model (responses_api_models/vllm_model/app.py
+    ``responses``, ``_preprocess_chat_completion_create_params``, ``chat_completions``;
+    nemo_gym/responses_converter.py; nemo_gym/openai_utils.py ``create_chat_completion``): the
+    Responses request becomes a chat completion (``input`` the messages, ``max_output_tokens``
+    ``max_tokens``, ``model`` the configured name, ``extra_body`` merged under the body),
+    posted to ``{base_url}/chat/completions`` with ``Authorization: Bearer <api_key>``; the
+    reply is validated as a chat completion without reasoning (``uses_reasoning_parser``
+    false) and its content becomes the response's ``output_text``."""
+    import httpx
+    from pydantic import BaseModel
+
+    class VLLMConverter:
+        def __init__(self, return_token_id_information: bool, uses_reasoning_parser: bool):
+            self.return_token_id_information = return_token_id_information
+            self.uses_reasoning_parser = uses_reasoning_parser
+
+    class LocalVLLMModelConfig(BaseModel):
+        host: str = "127.0.0.1"
+        port: int = 0
+        entrypoint: str = "app.py"
+        name: str = "genrm_model"
+        base_url: str
+        api_key: str = "dummy"  # pragma: allowlist secret
+        model: str
+        return_token_id_information: bool = False
+        uses_reasoning_parser: bool = False
+        extra_body: dict[str, Any] | None = None
+        chat_template_kwargs: dict[str, Any] | None = None
+
+    class LocalVLLMModel(BaseModel):
+        config: LocalVLLMModelConfig
+
+        def _preprocess_chat_completion_create_params(
+            self, request: Any, body_dict: dict[str, Any]
+        ) -> dict[str, Any]:
+            body_dict["model"] = self.config.model
+            if self.config.chat_template_kwargs:
+                body_dict["chat_template_kwargs"] = dict(self.config.chat_template_kwargs)
+            if self.config.extra_body:
+                body_dict = json.loads(json.dumps(self.config.extra_body)) | body_dict
+            return body_dict
+
+        async def responses(self, request: Any, body: Any) -> dict[str, Any]:
+            sent = body.model_dump(exclude_unset=True)
+            chat: dict[str, Any] = {
+                "messages": [{"role": m["role"], "content": m["content"]} for m in sent["input"]]
+            }
+            for field, name in (
+                ("max_output_tokens", "max_tokens"),
+                ("temperature", "temperature"),
+                ("top_p", "top_p"),
+                ("metadata", "metadata"),
+            ):
+                if sent.get(field) is not None:
+                    chat[name] = sent[field]
+            chat = self._preprocess_chat_completion_create_params(request, chat)
+            headers = {"Authorization": f"Bearer {self.config.api_key}"}
+            async with httpx.AsyncClient(timeout=60) as http:
+                reply = await http.post(
+                    f"{self.config.base_url}/chat/completions", json=chat, headers=headers
+                )
+            reply.raise_for_status()
+            completion = reply.json()
+            assert completion["object"] == "chat.completion", completion
+            (choice,) = completion["choices"]
+            message = choice["message"]
+            if not self.config.uses_reasoning_parser:
+                assert not message.get("reasoning_content"), message
+                assert not message.get("reasoning"), message
+            text = {"type": "output_text", "text": message["content"] or "", "annotations": []}
+            return {
+                "id": completion["id"],
+                "object": "response",
+                "model": completion["model"],
+                "output": [
+                    {
+                        "type": "message",
+                        "role": "assistant",
+                        "status": "completed",
+                        "content": [text],
+                    }
+                ],
+            }
+
+    local = module(
+        "responses_api_models.local_vllm_model.app",
+        LocalVLLMModel=LocalVLLMModel,
+        LocalVLLMModelConfig=LocalVLLMModelConfig,
+    )
+    vllm = module("responses_api_models.vllm_model.app", VLLMConverter=VLLMConverter)
+    return local, vllm
+
+
+class GymServerClient:
+    """genrm_compare's ServerClient for its one call, POST /v1/responses to the genrm_model
+    server: the request serialised as Gym's client sends it, validated as the endpoint reads
+    it, and handed to the model in-process."""
+
+    def __init__(self, create_params: type, model: Any) -> None:
+        self.create_params, self.model = create_params, model
+        self.calls = 0
+
+    async def post(self, server_name: str, url_path: str, json: Any) -> Any:
+        assert (server_name, url_path) == ("genrm_model", "/v1/responses"), url_path
+        self.calls += 1
+        sent = json.model_dump(mode="json", exclude_unset=True)
+        body = self.create_params.model_validate(_json_roundtrip(sent))
+        answer = await self.model.responses(None, body)
+
+        class Reply:
+            async def json(self) -> Any:
+                return answer
+
+        return Reply()
+
+
+def _json_roundtrip(value: Any) -> Any:
+    return json.loads(json.dumps(value))
+
+
+def nemo_gym() -> types.SimpleNamespace:
+    """NeMo Gym's ``genrm_compare`` resources server (app.py, utils.py) and ``genrm_model``
+    (app.py) as they are, on the stand-ins above for the nemo_gym base classes and for
+    VLLMModel."""
+    openai_utils = _gym_openai_utils()
+    local, vllm = _gym_vllm_model()
+    from pydantic import BaseModel
+
+    class ModelServerRef(BaseModel):  # nemo_gym/config_types.py
+        type: str
+        name: str
+
+    stubs = {
+        "nemo_gym": module("nemo_gym"),
+        "nemo_gym.openai_utils": openai_utils,
+        "nemo_gym.base_resources_server": _gym_resources_server(openai_utils),
+        "nemo_gym.config_types": module("nemo_gym.config_types", ModelServerRef=ModelServerRef),
+        "nemo_gym.global_config": module(
+            "nemo_gym.global_config",
+            TASK_INDEX_KEY_NAME="_ng_task_index",
+            ROLLOUT_INDEX_KEY_NAME="_ng_rollout_index",
+        ),
+        "resources_servers": module("resources_servers"),
+        "resources_servers.genrm_compare": module("resources_servers.genrm_compare"),
+        "responses_api_models": module("responses_api_models"),
+        "responses_api_models.genrm_model": module("responses_api_models.genrm_model"),
+        "responses_api_models.local_vllm_model": module("responses_api_models.local_vllm_model"),
+        "responses_api_models.local_vllm_model.app": local,
+        "responses_api_models.vllm_model": module("responses_api_models.vllm_model"),
+        "responses_api_models.vllm_model.app": vllm,
+    }
+    with modules(stubs):
+        utils = exec_module(
+            "resources_servers.genrm_compare.utils", GYM + "genrm_compare_utils.py.txt"
+        )
+        compare = exec_module(
+            "resources_servers.genrm_compare.app", GYM + "genrm_compare_app.py.txt"
+        )
+        genrm = exec_module("responses_api_models.genrm_model.app", GYM + "genrm_model_app.py.txt")
+    return types.SimpleNamespace(
+        compare=compare,
+        utils=utils,
+        genrm_model=genrm,
+        openai_utils=openai_utils,
+        ServerClient=GymServerClient,
+    )

@@ -32,7 +32,7 @@ from reflectrm.judging.prompts import (
 )
 from reflectrm.judging.types import JudgmentSpec, Message
 from reflectrm.models import default_cache_dir, default_model_dir
-from tests.conftest import judgment
+from tests.conftest import judgment, require
 
 SMOL = default_model_dir(default_cache_dir())
 URL = "http://fleet.test:8000"
@@ -55,8 +55,10 @@ def _load(folder: Path) -> Any:
 
 @pytest.fixture(scope="session")
 def smol_tokenizer() -> Any:
-    if not (SMOL / "tokenizer.json").exists():
-        pytest.skip(f"the default model is not prepared at {SMOL}: run `make setup`")
+    require(
+        (SMOL / "tokenizer.json").exists(),
+        f"the default model is not prepared at {SMOL}: run `make setup`",
+    )
     return _load(SMOL)
 
 

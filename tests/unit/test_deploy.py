@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from reflectrm.settings import Settings
-from tests.conftest import SHARED_DATA
+from tests.conftest import SHARED_DATA, require, unavailable
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -46,10 +46,8 @@ def tool(name: str) -> str:
     """A command-line tool the set-up step installs; missing is a skip here, a failure in CI."""
     path = shutil.which(name) or shutil.which(name, path=str(Path(sys.executable).parent))
     if path is None:
-        message = f"{name} is not installed (make setup / scripts/system-deps.sh install it)"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+        unavailable(f"{name} is not installed (make setup / scripts/system-deps.sh install it)")
+    assert path is not None
     return path
 
 
@@ -95,8 +93,7 @@ def load_compose(path: Path, env: dict[str, str]) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def schema() -> dict[str, Any]:
-    if not SCHEMA.is_file():
-        pytest.skip(f"the compose-spec schema is not at {SCHEMA}")
+    require(SCHEMA.is_file(), f"the compose-spec schema is not at {SCHEMA}")
     loaded: dict[str, Any] = json.loads(SCHEMA.read_text())
     return loaded
 

@@ -37,15 +37,14 @@ from reflectrm.evaluation.scoring import (
 )
 from reflectrm.judging.types import Message
 from reflectrm.pairs import Pair
-from tests.conftest import SHARED_DATA  # ../shared/data beside the repository
+from tests.conftest import SHARED_DATA, require_shared_data  # ../shared/data beside the repo
 
 EXPECTED_PAIRS = {REWARDBENCH: 2985, RMBENCH: 7182, RMB: 14543, JUDGEBENCH: 620}
 
 
 @pytest.fixture(scope="module")
 def shared() -> dict[str, object]:
-    if not (SHARED_DATA / "benchmarks").is_dir():
-        pytest.skip(f"the shared benchmark files are absent ({SHARED_DATA}/benchmarks)")
+    require_shared_data("benchmarks")
     return {name: load_dataset(name, SHARED_DATA) for name in EXPECTED_PAIRS}
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -222,6 +224,7 @@ def fake_engine(monkeypatch):
         lambda settings, engine: {
             "backend": "in-process",
             "model": "scripted",
+            "model_path": str(Path.home() / ".cache" / "reflectrm" / "models" / "scripted"),
             "template_version": "v1",
         },
     )
@@ -256,7 +259,12 @@ def test_eval_command_runs_resumes_and_refuses_mixed_settings(tmp_path, fake_eng
     assert [r["type"] for r in loaded.runs] == ["run", "run_end"]
     assert loaded.runs[0]["model"] == "scripted"
     assert loaded.runs[1]["judged"] == 12
-    assert loaded.runs[0]["argv"] == base
+    # The header names no path of this machine: the temporary folder is <tmp>, home is ~.
+    here = [a.replace(tempfile.gettempdir(), "<tmp>", 1) for a in base]
+    assert here != base
+    assert loaded.runs[0]["argv"] == here
+    assert loaded.runs[0]["datasets"]["rmb"]["source"] == here[1]
+    assert loaded.runs[0]["model_path"] == "~/.cache/reflectrm/models/scripted"
     assert (out / "report.md").is_file()
     assert (out / "report.png").is_file()
     # A second run finds everything done: no engine is started, the report is rewritten.

@@ -34,7 +34,7 @@ from reflectrm.judging.judge import Judge
 from reflectrm.judging.types import Message
 from reflectrm.serving.service import JudgingService
 from reflectrm.settings import Settings
-from tests.conftest import SHARED_DATA, judgment
+from tests.conftest import SHARED_DATA, judgment, require_shared_data
 
 # --- hand-computed metrics -------------------------------------------------------------------
 
@@ -210,8 +210,8 @@ def test_samples_nest():
     assert sample_groups(groups, 5, 0) == small
 
 
-@pytest.mark.skipif(not (SHARED_DATA / "benchmarks").is_dir(), reason="no shared data")
 def test_the_shared_rmbench_file_regroups_into_items():
+    require_shared_data("benchmarks")
     _, groups = load_groups("rm-bench", SHARED_DATA)
     assert len(groups) == 798
     assert all(g.ranks == (0, 0, 0, 1, 1, 1) and len(g.cells) == 9 for g in groups)

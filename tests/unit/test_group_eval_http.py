@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import tempfile
 
 import httpx
 
@@ -86,6 +87,10 @@ def test_command_over_url(tmp_path):
         assert cli.main([*argv, "--direct", "--design", "swiss"]) == 0
     runs, recs = load_rows(out / "group-results.jsonl")
     assert [r["backend"] for r in runs if r["type"] == "run"] == ["http", "http"]
+    # The headers name no path of this machine (the dataset is in the temporary folder).
+    assert runs[0]["datasets"]["mine"]["source"] == str(data).replace(
+        tempfile.gettempdir(), "<tmp>"
+    )
     assert sum(k[0] == "pool" for k in recs) == (1 + 3) * 2
     assert sum(k[0] == "group" for k in recs) == 2 * 2
     report = json.loads((out / "group-report.json").read_text())

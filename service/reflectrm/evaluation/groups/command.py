@@ -41,6 +41,7 @@ from reflectrm.evaluation.groups.runner import (
 )
 from reflectrm.judging.debias import Debias
 from reflectrm.judging.groups import STRATEGIES, Strategy
+from reflectrm.portable import portable
 
 GROUP_RESULTS = "group-results.jsonl"
 GROUP_MODES = ("single", "vote", "reflect")
@@ -238,7 +239,7 @@ async def _in_process(
         service.serve_with(judge)
         try:
             with records.Writer(path) as writer:
-                writer.write(header)
+                writer.write(portable(header, Path.cwd()))
                 progress = Progress(len(todo), not args.no_progress, unit="record")
                 summary = await run_group_units(
                     todo, InProcessGroups(service), gs, writer.write, args.concurrency, progress
@@ -263,7 +264,7 @@ async def _over_http(
         if not todo:
             return
         with records.Writer(path) as writer:
-            writer.write(header)
+            writer.write(portable(header, Path.cwd()))
             progress = Progress(len(todo), not args.no_progress, unit="record")
             summary = await run_group_units(
                 todo, HttpGroups(client, args.url), gs, writer.write, args.concurrency, progress

@@ -48,6 +48,7 @@ from reflectrm.evaluation.pairwise.runner import (
     refusal,
     run_units,
 )
+from reflectrm.portable import portable
 from reflectrm.settings import get_settings
 
 RESULTS_NAME = "results.jsonl"
@@ -270,7 +271,7 @@ async def _judge_in_process(
     share = bool(header["share_samples"])
     async with counted_judge(engine_cfg, settings) as (judge, work):
         with records.Writer(results_path) as writer:
-            writer.write(header)
+            writer.write(portable(header, Path.cwd()))
             progress = Progress(len(todo), enabled=not args.no_progress)
             backend = EngineBackend(judge)
             summary = await run_units(todo, backend, writer, args.concurrency, progress, share)
@@ -321,7 +322,7 @@ async def _judge_http(
         if not todo:
             return None
         with records.Writer(results_path) as writer:
-            writer.write(header)
+            writer.write(portable(header, Path.cwd()))
             progress = Progress(len(todo), enabled=not args.no_progress)
             backend = HttpBackend(client, args.url)
             summary = await run_units(todo, backend, writer, args.concurrency, progress)
