@@ -83,10 +83,11 @@ class Settings(BaseSettings):
     # --- model -------------------------------------------------------------------------------
     model: str = Field(
         _ENGINE.model,
-        description="'default' (the shipped judge: SmolLM2-135M-Instruct with the adapter "
-        "trained by `reflectrm train judge`, built once from the package's artifacts/judge), "
-        "'base' (SmolLM2-135M-Instruct untrained), a Hugging Face-format checkpoint folder, or "
-        "a hub id (online users only).",
+        description="'default': the judge the package ships (an adapter in artifacts/judge, "
+        "built once onto the base model, every hash checked), else the base model; this release "
+        "ships none (docs/training.md), so it is SmolLM2-135M-Instruct. 'base': "
+        "SmolLM2-135M-Instruct untrained. Or a judge folder of `reflectrm train ship-judge`, a "
+        "Hugging Face-format checkpoint folder, or a hub id (online users only).",
     )
     served_model_name: str | None = Field(
         _ENGINE.served_model_name,
