@@ -74,6 +74,12 @@ def _conversation_id(conversation: Sequence[Message]) -> str:
     return f"conversation:{digest.hexdigest()[:16]}"
 
 
+def _counted(outcome: str, tie: bool) -> str:
+    """The outcome a judgment is counted (and logged) under: a tie of both orders is a tie, not
+    a silence, although its answer has no winner (``outcome`` no_verdict)."""
+    return "tie" if tie else outcome
+
+
 class JudgingService:
     def __init__(self, settings: Settings, metrics: Metrics | None = None) -> None:
         self.settings = settings
@@ -180,7 +186,7 @@ class JudgingService:
             done = await self._cancellable(call, gather_all(work))
             result = BatchResult(tuple(done), self._envelope(judge, call, call.request_id))
             outcomes = [
-                (d.ask.mode, d.answer.outcome)
+                (d.ask.mode, _counted(d.answer.outcome, d.answer.tie))
                 if isinstance(d, PairResult)
                 else (d.mode, outcome_of(d.error))
                 for d in done
@@ -581,7 +587,7 @@ class JudgingService:
     def _record_pair(self, call: CallContext, result: PairResult, how: How) -> None:
         """One pair: its judgment, the swapped-order one if it ran, and the answer's outcome;
         an answer reused from an identical call adds no engine work."""
-        mode, outcome = result.ask.mode, result.answer.outcome
+        mode, outcome = result.ask.mode, _counted(result.answer.outcome, result.answer.tie)
         if result.swap is not None and how == "judged":
             self._count_swap(result.judgment, result.swap)
         self.metrics.observe_request(mode, outcome, call.seconds)
@@ -615,4 +621,4 @@ class JudgingService:
 
     @staticmethod
     def _group_outcomes(result: GroupResult) -> list[tuple[str, str]]:
-        return [(result.spec.mode, j.answer.outcome) for j in result.judged]
+        return [(result.spec.mode, _counted(j.answer.outcome, j.answer.tie)) for j in result.judged]
