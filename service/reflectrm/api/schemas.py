@@ -132,6 +132,9 @@ class JudgeRequest(Conversation):
 
 
 class Usage(BaseModel):
+    """The engine work of this call: zero for an answer reused from an identical call (joined
+    while in flight, or from the cache), which cost none."""
+
     prompt_tokens: int = Field(description="Prompt tokens prefilled (once per engine request).")
     generated_tokens: int
     engine_requests: int
@@ -548,7 +551,10 @@ class CohortResult(BaseModel):
         description="Closed by the cohort timeout before group_size members arrived: judged "
         "with those it had."
     )
-    wait_ms: float = Field(description="This call's wait for the cohort to close.")
+    wait_ms: float = Field(
+        description="This call's wait for the cohort to close, from its own arrival (a retry "
+        "that took over a member: from the retry's arrival; 0 if the cohort had closed)."
+    )
     index: int = Field(description="This completion's place in the group, ordered by content.")
     completions: int = Field(description="Completions judged as the group (= arrived).")
     rewards: list[float | None] = Field(description="Every completion's reward, in that order.")

@@ -302,7 +302,9 @@ class JudgingService:
             group_size=cohort.terms.group_size,
             arrived=len(cohort.members),
             cut=cohort.cut,
-            wait_s=max(0.0, cohort.closed_at - seat.member.arrived),
+            # This call's own wait: a retry that took over a member waited from its own arrival
+            # (none if the cohort had closed already), not from the first caller's.
+            wait_s=max(0.0, cohort.closed_at - seat.arrived),
             adopted=seat.adopted,
             envelope=self._envelope(judge, call, call.request_id),
         )
@@ -444,7 +446,7 @@ class JudgingService:
         if how != "judged":
             self.metrics.observe_reuse(how)
             envelope = self._envelope(judge, call, call.request_id + suffix)
-            result = dataclasses.replace(result, ask=ask, envelope=envelope)
+            result = dataclasses.replace(result, ask=ask, envelope=envelope, reused=how)
         return result, how
 
     async def _reused_group(
@@ -461,7 +463,7 @@ class JudgingService:
             self.metrics.observe_reuse(how)
             call.note(reused=how)
             result = dataclasses.replace(
-                result, envelope=self._envelope(judge, call, call.request_id)
+                result, envelope=self._envelope(judge, call, call.request_id), reused=how
             )
         return result
 
@@ -591,7 +593,7 @@ class JudgingService:
         if result.swap is not None and how == "judged":
             self._count_swap(result.judgment, result.swap)
         self.metrics.observe_request(mode, outcome, call.seconds)
-        usage = result.answer.usage
+        usage = result.usage
         call.note(mode=mode, outcome=outcome)
         call.note(winner=result.judgment.winner)
         if how != "judged":
