@@ -207,7 +207,8 @@ class Settings(BaseSettings):
         ge=0,
         description="Answers kept for identical calls (same tenant, content, mode, settings and "
         "seed; an unseeded call matches an unseeded one): a repeat gets the same answer with no "
-        "engine work. 0 turns the cache off (identical calls in flight are still joined).",
+        "engine work (and `usage` zero). 0 turns the cache off (identical calls in flight are "
+        "still joined).",
     )
     result_cache_ttl_s: float = Field(
         600.0,
