@@ -109,7 +109,12 @@ class JudgeRequest(Conversation):
         description="Makes sampling and the reflection order reproducible; random if omitted.",
     )
     max_tokens: int | None = Field(
-        None, ge=16, description="Generation limit per output. Default from the server (1024)."
+        None,
+        ge=16,
+        description="Generation limit per output. Default from the server (1024). With the "
+        "output format enforced (the default), less than the format takes in the model's tokens "
+        "(the tags and the longest verdict sentence: 23, 24 in reflect mode, with the default "
+        "model) is refused with 422 naming the least.",
     )
     check_swap: bool = Field(
         False,

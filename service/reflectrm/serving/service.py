@@ -40,7 +40,7 @@ from reflectrm.serving.errors import (
     UnavailableError,
     outcome_of,
 )
-from reflectrm.serving.limits import Limits, new_seed, sample_response
+from reflectrm.serving.limits import FLOOR_TEXT, Limits, new_seed, sample_response
 from reflectrm.serving.reuse import How, Reuse
 from reflectrm.serving.swap_checks import SwapChecker, swap_result
 from reflectrm.serving.types import (
@@ -129,7 +129,25 @@ class JudgingService:
 
     def serve_with(self, judge: Judge) -> None:
         self.judge = judge
+        self.limits.format_floor = judge.min_max_tokens
+        self.limits.template_version = judge.template.version
         self.unavailable = None
+
+    def settings_problem(self, judge: Judge) -> str | None:
+        """What in the settings cannot work with this judge's model, said for the operator;
+        None when nothing. REFLECTRM_MAX_TOKENS must hold the output format (the floor of
+        reflect mode, which also holds the others'), or no call left at the default could end
+        in a verdict."""
+        floor = judge.min_max_tokens("reflect")
+        if floor is None or self.settings.max_tokens >= floor:
+            return None
+        return (
+            f"REFLECTRM_MAX_TOKENS is {self.settings.max_tokens}, below the {floor} tokens an "
+            f"output needs in the enforced format with this model's tokenizer and template "
+            f"{judge.template.version} ({FLOOR_TEXT}): no judgment at the default could end in a "
+            f"verdict; set REFLECTRM_MAX_TOKENS to at least {floor} (or "
+            "REFLECTRM_ENFORCE_FORMAT=false for a model trained on the template)"
+        )
 
     def stop_serving(self, reason: str) -> None:
         self.judge = None
