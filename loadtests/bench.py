@@ -75,7 +75,7 @@ SERVICE_FIXED = {
     "REFLECTRM_MAX_TOKENS_LIMIT": "4096",
 }
 PY_SPY_RATE = 50  # samples per second
-SMOKE = {"concurrency": "1,2", "judgments": "2", "rounds": 1, "max_tokens": 16, "kv_cache_gib": 1.0}
+SMOKE = {"concurrency": "1,2", "judgments": "2", "rounds": 1, "max_tokens": 32, "kv_cache_gib": 1.0}
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -129,7 +129,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--smoke",
         action="store_true",
-        help="c = 1, 2; 2 judgments each; max_tokens 16; 1 GiB KV caches",
+        help="c = 1, 2; 2 judgments each; max_tokens 32; 1 GiB KV caches",
     )
     args = p.parse_args(argv)
     if args.smoke:

@@ -48,7 +48,7 @@ PAIR: dict[str, Any] = {
 LONG = {**PAIR, "max_tokens": 1024}
 # Longer than the drain's grace period (8 samples of up to 3072 tokens), and well within it.
 LONGER = {**PAIR, "mode": "vote", "max_tokens": 3072, "seed": 1}
-SHORT = {**PAIR, "mode": "single", "max_tokens": 16, "seed": 2}
+SHORT = {**PAIR, "mode": "single", "max_tokens": 32, "seed": 2}
 ENV = {
     "REFLECTRM_KV_CACHE_GIB": "1",
     "REFLECTRM_MAX_MODEL_LEN": "4096",
@@ -302,7 +302,7 @@ def sigterm(log: Path, grace_s: float) -> dict[str, Any]:
             not_ready_s = wait_for(lambda: s.ready_status() == 503, "/ready says 503", 30)
             refused = answered(s.post(SHORT), signalled)
             answers = {
-                "short (single, 16 tokens)": answered(short.result(timeout=300), signalled),
+                "short (single, 32 tokens)": answered(short.result(timeout=300), signalled),
                 "long (vote, 8 x 3072 tokens)": answered(long.result(timeout=300), signalled),
             }
             exit_status = s.proc.wait(300)

@@ -58,14 +58,22 @@ def create_app(
             return
         if lifecycle.draining:
             return  # stopping already: the engine closes with the stack
-        service.serve_with(metered_judge(loaded, settings.judge_config(), service.metrics))
+        serve_with(loaded)
+
+    def serve_with(loaded: Engine) -> None:
+        judge = metered_judge(loaded, settings.judge_config(), service.metrics)
+        problem = service.settings_problem(judge)
+        if problem is not None:  # a setting to fix: no traceback, and no judging
+            lifecycle.engine_failed(f"the settings cannot work with this model: {problem}")
+            return
+        service.serve_with(judge)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with contextlib.AsyncExitStack() as stack:
             loader = None
             if engine is not None:
-                service.serve_with(metered_judge(engine, settings.judge_config(), service.metrics))
+                serve_with(engine)
             else:
                 loader = asyncio.create_task(load(stack))
             lifecycle.start()

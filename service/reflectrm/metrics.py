@@ -33,9 +33,11 @@ from reflectrm.judging.types import MODES, Judgment
 PREFIX = "reflectrm_"
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
-# How a judgment request ended: its judgment's outcome, or the HTTP error it got.
+# How a judgment request ended: its answer (a winner, a tie of both orders, no verdict in any
+# order), or the HTTP error it got.
 REQUEST_OUTCOMES = (
     "verdict",
+    "tie",  # debias swap: the two orders' averaged scores tie (a verdict that they are even)
     "no_verdict",
     "invalid",  # 422 raised by the route (a limit that depends on settings)
     "too_long",  # 413
@@ -100,7 +102,8 @@ class Metrics:
         r = self.registry
         self.judgments = Counter(
             f"{PREFIX}judgments_total",
-            "Judgment requests by mode and how they ended (a verdict, no verdict, or an error).",
+            "Judgment requests by mode and how they ended (a verdict, a tie of both orders, no "
+            "verdict, or an error).",
             ["mode", "outcome"],
             registry=r,
         )

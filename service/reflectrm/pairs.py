@@ -70,7 +70,7 @@ def read_rows(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise DatasetError(f"{where}: not JSON ({exc.msg})") from None
+                raise DatasetError(f"{where}: not JSON ({exc.msg} at column {exc.colno})") from None
             if not isinstance(row, dict):
                 raise DatasetError(f"{where}: a row must be a JSON object, not {_kind(row)}")
             yield where, row

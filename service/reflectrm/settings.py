@@ -208,7 +208,8 @@ class Settings(BaseSettings):
         ge=0,
         description="Answers kept for identical calls (same tenant, content, mode, settings and "
         "seed; an unseeded call matches an unseeded one): a repeat gets the same answer with no "
-        "engine work. 0 turns the cache off (identical calls in flight are still joined).",
+        "engine work (and `usage` zero). 0 turns the cache off (identical calls in flight are "
+        "still joined).",
     )
     result_cache_ttl_s: float = Field(
         600.0,
@@ -293,7 +294,11 @@ class Settings(BaseSettings):
     # --- judging defaults --------------------------------------------------------------------
     num_candidates: int = Field(8, ge=1, le=32, description="Stage-1 samples when not requested.")
     max_tokens: int = Field(
-        1024, ge=16, description="Generation limit per output when not requested (paper: 1024)."
+        1024,
+        ge=16,
+        description="Generation limit per output when not requested (paper: 1024). With "
+        "enforce_format, at least what the format takes in the model's tokens (the tags and the "
+        "longest verdict sentence: 24 with the default model), or the service does not start.",
     )
     max_tokens_limit: int = Field(4096, ge=16, description="Largest max_tokens a request may ask.")
     temperature: float = Field(

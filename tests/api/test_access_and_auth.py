@@ -59,6 +59,33 @@ def test_one_structured_line_per_request_with_id_route_status_latency_and_tokens
     assert "What is 2 + 2?" not in text
 
 
+def test_a_reused_answer_reports_no_engine_work_in_its_reply_and_its_log_line(caplog):
+    # Single mode: one engine request of one 10-token output per order judged.
+    caplog.set_level(logging.INFO)
+    engine = ScriptedEngine(stage1=[judgment(1)])
+    pair = {"prompt": "q", "responses": ["a", "b"], "mode": "single", "seed": 3}
+    group = {"prompt": "q", "completions": ["x", "y", "z"], "strategy": "round_robin"}
+    group |= {"mode": "single", "debias": "none", "seed": 3}
+    samples = {"query": ["q a"], "prompts": ["q"], "labels": ["b"]}
+    with TestClient(create_app(Settings(swap_check_fraction=0), engine=engine)) as c:
+        pairs = [c.post("/v1/judge", json=pair).json() for _ in range(2)]
+        groups = [c.post("/v1/rewards", json=group).json() for _ in range(2)]
+        batch = c.post("/v1/judge/batch", json={"items": [pair | {"seed": 4}] * 2}).json()
+        rl = [c.post("/get_reward?mode=single&debias=none&seed=5", json=samples) for _ in "ab"]
+    judged = {"generated_tokens": 10, "engine_requests": 1}
+    none = {"prompt_tokens": 0, "generated_tokens": 0, "engine_requests": 0}
+    assert {k: pairs[0]["usage"][k] for k in judged} == judged
+    assert pairs[1]["usage"] | {"cached_prompt_tokens": 0} == none | {"cached_prompt_tokens": 0}
+    assert groups[0]["usage"]["generated_tokens"] == 30  # 3 comparisons
+    assert groups[1]["usage"]["generated_tokens"] == 0  # answered from the cache
+    assert [x["usage"]["engine_requests"] for x in groups[1]["comparisons"]] == [0, 0, 0]
+    # The second item joined the first (identical, in flight): the batch judged once.
+    assert batch["usage"]["generated_tokens"] == 10
+    assert [r.json()["extra_logs"]["judge_generated_tokens"] for r in rl] == [[10.0], [0.0]]
+    logged = [line.get("generated_tokens", 0) for line in access_lines(caplog)]
+    assert logged == [10, 0, 30, 0, 10, 10, 0]
+
+
 def test_errors_are_logged_once_with_their_status_and_outcome(caplog):
     caplog.set_level(logging.INFO)
     with client_for() as c:

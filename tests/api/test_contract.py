@@ -10,6 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from reflectrm.app import create_app
+from reflectrm.engines.base import Prompt
 from reflectrm.settings import Settings
 from tests.conftest import ScriptedEngine, judgment
 
@@ -280,3 +281,72 @@ def test_a_burst_past_the_limit_waits_in_the_queue_and_every_call_is_answered():
         metrics = c.get("/metrics").text
     assert statuses == [200] * 8
     assert "reflectrm_queue_wait_seconds_count 8.0" in metrics
+
+
+# --- max_tokens that cannot hold the output format ----------------------------------------------
+
+
+class CharEngine(ScriptedEngine):
+    """A scripted engine whose tokenizer makes one token of every character."""
+
+    def render_chat(self, messages):
+        prompt = super().render_chat(messages)
+        return Prompt(text=prompt.text, token_ids=tuple(range(len(prompt.text))))
+
+
+# "<Analysis>x</Analysis>\n<Result>Response 1 is better than Response 2</Result>": 10 + 1 + 11
+# + 1 + 8 + 36 + 9 = 76 characters (a critique's verdict is as long): 76 tokens here.
+FLOOR = 76
+
+
+def test_a_max_tokens_that_cannot_hold_the_format_is_refused_on_every_endpoint():
+    engine = CharEngine(stage1=[judgment(1)] * 8)
+    short, enough = FLOOR - 1, FLOOR
+    sample = {"prompt": "q", "completion": "a", "group_size": 2, "cohort_timeout_s": 0.1}
+    samples = {"query": ["q a"], "prompts": ["q"], "labels": ["b"]}
+    gym = {
+        "messages": [
+            {"role": "user", "content": "q"},
+            {"role": "response_1", "content": "a"},
+            {"role": "response_2", "content": "b"},
+        ]
+    }
+    calls = [
+        ("/v1/judge", lambda n: {**GOOD, "mode": "single", "max_tokens": n}),
+        ("/v1/rewards", lambda n: {"prompt": "q", "completions": ["a", "b"], "max_tokens": n}),
+        ("/v1/rewards/sample", lambda n: {**sample, "max_tokens": n}),
+        ("/v1/chat/completions", lambda n: {**gym, "reflectrm": {"max_tokens": n}}),
+    ]
+    with TestClient(create_app(Settings(swap_check_fraction=0), engine=engine)) as c:
+        for path, body in calls:
+            r = c.post(path, json=body(short))
+            assert r.status_code == 422, (path, r.text)
+            assert f"max_tokens is {short}" in r.json()["detail"], path
+            assert f"at least {FLOOR} tokens" in r.json()["detail"], path
+            assert "REFLECTRM_ENFORCE_FORMAT" in r.json()["detail"], path
+        batch = c.post("/v1/judge/batch", json={"items": [{**GOOD, "max_tokens": short}]})
+        (item,) = batch.json()["results"]
+        assert (item["status"], f"at least {FLOOR} tokens" in item["detail"]) == (422, True)
+        for query in ("", "&group_size=2"):
+            r = c.post(f"/get_reward?max_tokens={short}{query}", json=samples)
+            assert r.status_code == 422, (query, r.text)
+            assert f"at least {FLOOR} tokens" in r.json()["detail"]
+        # At the floor the format fits: judged.
+        assert c.post("/v1/judge", json=calls[0][1](enough)).status_code == 200
+        assert c.post("/v1/rewards", json=calls[1][1](enough)).status_code == 200
+
+
+def test_a_default_max_tokens_below_the_format_stops_the_start_and_says_why():
+    settings = Settings(max_tokens=FLOOR - 1, swap_check_fraction=0)
+    app = create_app(settings, engine=CharEngine(stage1=[judgment(1)]))
+    with TestClient(app) as c:
+        r = c.get("/ready")
+        assert r.status_code == 503
+        detail = r.json()["detail"]
+        assert f"REFLECTRM_MAX_TOKENS is {FLOOR - 1}, below the {FLOOR} tokens" in detail
+        assert f"set REFLECTRM_MAX_TOKENS to at least {FLOOR}" in detail
+        assert c.post("/v1/judge", json=GOOD).status_code == 503
+    assert app.state.lifecycle.exit_code == 1  # REFLECTRM_EXIT_ON_ENGINE_FAILURE: exits
+    ok = create_app(Settings(max_tokens=FLOOR), engine=CharEngine(stage1=[judgment(1)]))
+    with TestClient(ok) as c:
+        assert c.get("/ready").status_code == 200

@@ -134,6 +134,23 @@ def test_early_exits_parse_failures_and_no_verdicts():
     assert value(s, "reflectrm_vote_margin_ratio_count") == 1  # no-verdict runs have no vote
 
 
+def test_a_tie_of_both_orders_is_counted_as_a_tie_not_as_no_verdict():
+    # Every output says the first-shown response is better: in the swapped order that is
+    # response 2, so the averaged scores are (1 + 0) / 2 each: a tie, every reply a verdict.
+    engine = ScriptedEngine(stage1=[judgment(1)] * 8)
+    with TestClient(create_app(Settings(), engine=engine)) as c:
+        body = c.post("/v1/judge", json={**GOOD, "debias": "swap"}).json()
+        assert (body["winner"], body["scores"]) == (None, [0.5, 0.5])
+        group = {"prompt": "q", "completions": ["a", "b", "c"], "strategy": "round_robin"}
+        rewards = c.post("/v1/rewards", json={**group, "debias": "swap", "seed": 1}).json()
+        assert rewards["rewards"] == [0.5, 0.5, 0.5]
+        s = scrape(c)
+    # 1 pair + the group's 3 comparisons, each of both orders with a verdict.
+    assert value(s, "reflectrm_judgments_total", outcome="tie") == 1 + 3
+    assert value(s, "reflectrm_judgments_total", outcome="no_verdict") == 0
+    assert value(s, "reflectrm_judgment_runs_total", outcome="verdict") == 2 + 6
+
+
 def test_reflection_parse_failures_are_counted():
     engine = mixed_engine()
     engine.reflect = lambda c1, c2: None

@@ -143,7 +143,9 @@ def test_batch_item_with_a_seed_equals_the_single_call():
         single = c.post("/v1/judge", json=pair).json()
         batch = c.post("/v1/judge/batch", json={"items": [pair, {**pair, "seed": 12}]}).json()
     item = batch["results"][0]["result"]
-    ignore = {"request_id", "latency_ms"}
+    # The item is the single call again: answered from the cache, with no engine work of its own.
+    assert item["usage"]["engine_requests"] == 0 < single["usage"]["engine_requests"]
+    ignore = {"request_id", "latency_ms", "usage"}
     assert {k: v for k, v in item.items() if k not in ignore} == {
         k: v for k, v in single.items() if k not in ignore
     }

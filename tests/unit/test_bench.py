@@ -264,7 +264,7 @@ def test_smoke_options_and_variants():
     )
     assert args.levels == [1, 2]
     assert args.counts == [2, 2]
-    assert args.max_tokens == 16
+    assert args.max_tokens == 32
     assert args.variants == {"prio": {"REFLECTRM_X": "1", "REFLECTRM_Y": "2"}}
     assert bench.kind_of("prio", args) == "service"
     with pytest.raises(SystemExit):

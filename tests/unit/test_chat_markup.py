@@ -498,3 +498,19 @@ def test_the_hostile_text_attacks_add_control_tokens_only_unprotected(smol_token
     }
     line = "| turn_injection | served | 2 | 1/2 | 1/2 | 1/2 (0/2) | 0.50 (0.25) | 0 per case |"
     assert line in markdown(report)
+
+
+def test_the_least_max_tokens_for_the_format_is_measured_in_the_models_tokens(smol_tokenizer):
+    # The default model's tokenizer: "<Analysis>x</Analysis>\n<Result>Response 1 is better than
+    # Response 2</Result>" is 23 tokens (encoded alone, as the output is), the critique verdict's
+    # 24; reflect mode needs both. Without format enforcement nothing is measured.
+    engine = VLLMEngine(None, smol_tokenizer, "judge", 100_000)
+    for verdict, tokens in (
+        ("Response 1 is better than Response 2", 23),
+        ("Critique 2 is better than Critique 1", 24),
+    ):
+        text = f"<Analysis>x</Analysis>\n<Result>{verdict}</Result>"
+        assert len(smol_tokenizer.encode(text, add_special_tokens=False)) == tokens
+    judge = Judge(engine, JudgeConfig())
+    assert [judge.min_max_tokens(m) for m in ("single", "vote", "reflect")] == [23, 23, 24]
+    assert Judge(engine, JudgeConfig(enforce_format=False)).min_max_tokens("reflect") is None

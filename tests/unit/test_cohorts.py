@@ -8,13 +8,21 @@ from typing import Any
 
 import pytest
 
+from reflectrm.api import convert
+from reflectrm.judging.judge import Judge, JudgeConfig
+from reflectrm.judging.types import Message
 from reflectrm.serving.cohorts import Cohort, Cohorts, CohortTerms
+from reflectrm.serving.context import CallContext
 from reflectrm.serving.errors import (
     ClientGoneError,
     ClosedError,
     InvalidRequestError,
     OverloadedError,
 )
+from reflectrm.serving.service import JudgingService
+from reflectrm.serving.types import MemberAsk
+from reflectrm.settings import Settings
+from tests.conftest import ScriptedEngine, judgment
 
 
 def terms(size: int = 3, timeout_s: float = 30.0, **kw: Any) -> CohortTerms:
@@ -203,3 +211,37 @@ async def test_refusing_answers_open_cohorts_now_and_takes_no_member_after():
     with pytest.raises(ClosedError):
         cohorts.seat("k", "g", terms(), None, "b")
     assert cohorts.open == 0
+
+
+# --- through the service: what each member's reply says ------------------------------------------
+
+
+async def test_a_retry_reports_its_own_wait_not_the_first_callers():
+    service = JudgingService(Settings(swap_check_fraction=0))
+    service.serve_with(Judge(ScriptedEngine(stage1=[judgment(1)]), JudgeConfig()))
+    now = [100.0]
+    service.cohorts._clock = lambda: now[0]
+
+    def ask(text: str) -> MemberAsk:
+        conversation = (Message("user", "q"),)
+        return MemberAsk(conversation, text, group_size=3, mode="single", debias="none", seed=1)
+
+    async def gone() -> bool:
+        return True
+
+    # a's caller arrives at 100 and goes away; its retry comes at 103, b and c at 104 (full).
+    with pytest.raises(ClientGoneError):
+        await service.member_reward(ask("a"), CallContext("a1", is_disconnected=gone))
+    now[0] = 103.0
+    retry = asyncio.ensure_future(service.member_reward(ask("a"), CallContext("a2")))
+    await asyncio.sleep(0.01)
+    now[0] = 104.0
+    b, c = (service.member_reward(ask(t), CallContext(t)) for t in "bc")
+    results = await asyncio.gather(retry, b, c)
+    assert results[0].adopted
+    # Its own wait, 104 - 103 = 1 s (before: 104 - 100 = 4 s, the first caller's).
+    assert [r.wait_s for r in results] == [1.0, 0.0, 0.0]
+    assert convert.cohort_result(results[0]).wait_ms == 1000.0
+    logs = convert.openrlhf_cohort_response(results).extra_logs
+    assert logs["judge_cohort_wait_s"] == [1.0, 0.0, 0.0]
+    await service.close("done")

@@ -104,6 +104,32 @@ def test_a_cycle_and_a_tie_are_even():
     assert win_shares(bradley_terry(tie)) == pytest.approx({0: 0.5, 1: 0.5})
 
 
+@pytest.mark.parametrize(("strategy", "size"), [("knockout", 4), ("knockout", 7), ("circular", 6)])
+def test_an_all_tie_group_gets_bit_identical_rewards(strategy, size):
+    # Every comparison a tie: the fit's answer is p = 1 for all (W_i = g_i / 2 + 1/2 over
+    # g_i + 1 games at P = 1/2 each), so every reward is 1/2, exactly: a knockout's entries
+    # played 1 to 3 games, and before, their last bits differed (0.5000000000000001).
+    d = design(strategy, [f"c{i}" for i in range(size)], seed=size)
+    rewards = [r.reward for r in d.rewards(drive(d, lambda c: verdict(0.5)))]
+    assert rewards == [0.5] * size
+
+
+def test_equal_evidence_in_another_order_gives_the_same_bits():
+    # 0 and 2 each beat 1 by 0.75 and tie each other: interchangeable, whichever comes first.
+    # By hand: p0 = p2 = x, p1 = 1; W0 = 0.75 + 0.5 + 0.5 = 1.75 over 1.5 games with 1 and
+    # 1.5 with 2: 1.75 = 1.5 x / (x + 1) + 0.75 -> x = 2; P(0 beats 1) = 2/3, P(0 beats 2)
+    # = 1/2: reward (2/3 + 1/2) / 2 = 7/12; completion 1: (1/3 + 1/3) / 2 = 1/3.
+    results = [
+        (Comparison(0, 1, 0), verdict(0.75)),
+        (Comparison(1, 2, 0), verdict(0.25)),
+        (Comparison(0, 2, 0), verdict(0.5)),
+    ]
+    shares = win_shares(bradley_terry(results))
+    assert shares[0] == shares[2]
+    assert shares == pytest.approx({0: 7 / 12, 1: 1 / 3, 2: 7 / 12}, abs=1e-9)
+    assert win_shares(bradley_terry(results[::-1])) == shares
+
+
 def test_no_verdict_and_reference_comparisons_are_left_out_of_the_fit():
     results = [
         (Comparison(0, 1, 0), verdict(1.0)),

@@ -9,12 +9,14 @@ import json
 import math
 import re
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from reflectrm.engines.base import GenerationResult, Prompt, SamplingSpec
 from reflectrm.evaluation import cli
+from reflectrm.evaluation.groups import command as group_cli
 from reflectrm.evaluation.groups import report as group_report
 from reflectrm.evaluation.groups.data import Group, load_groups, read_groups, sample_groups
 from reflectrm.evaluation.groups.report import chance, rmbench_items
@@ -32,6 +34,7 @@ from reflectrm.evaluation.scoring import all_above, best_of_n, group_bootstrap, 
 from reflectrm.judging.groups import STRATEGIES
 from reflectrm.judging.judge import Judge
 from reflectrm.judging.types import Message
+from reflectrm.pairs import DatasetError
 from reflectrm.serving.service import JudgingService
 from reflectrm.settings import Settings
 from tests.conftest import SHARED_DATA, judgment, require_shared_data
@@ -201,6 +204,82 @@ def test_group_schema_and_rmb_layout(tmp_path):
         (0, 1, 1),
         "Helpfulness",
     )
+
+
+ROOT = Path(__file__).resolve().parents[2]
+SCHEMA = ROOT / "docs" / "schemas" / "groups.schema.json"
+
+
+def _documented_rows() -> list[dict]:
+    """The example rows: docs/results.md's, --help's, and the schema's own."""
+    results = (ROOT / "docs" / "results.md").read_text()
+    section = results.split("## Group rewards per design", 1)[1]
+    rows = [json.loads(m) for m in re.findall(r"```json\n(.*?)\n```", section, re.S)]
+    assert rows, "docs/results.md shows no group row"
+    rows.append(json.loads(group_cli.EXAMPLE_ROW))
+    rows += json.loads(SCHEMA.read_text())["examples"]
+    return rows
+
+
+def test_the_documented_group_rows_follow_the_schema_and_are_read(tmp_path):
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads(SCHEMA.read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    rows = _documented_rows()
+    for k, row in enumerate(rows):
+        jsonschema.validate(row, schema)
+        path = tmp_path / f"row{k}.jsonl"
+        path.write_text(json.dumps(row) + "\n")
+        (group,) = read_groups(path)
+        assert group.completions == tuple(row["completions"])
+    # The --help row, by hand: completion 2 is best, the other two tie below it.
+    (first,) = read_groups(tmp_path / f"row{len(rows) - 3}.jsonl")
+    assert (first.id, first.ranks, first.best) == ("primes-1", (1, 1, 0), (2,))
+    refused = {"prompt": "p", "completions": ["x", "y"], "best": True}
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(refused, schema)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        (
+            "best",
+            True,
+            r"`best` must be an index into `completions` \(an integer from 0 to 1\), not true",
+        ),
+        ("best", False, r"`best` must be an index into `completions` .*, not false"),
+        ("ranks", [True, False], "`ranks` must be a list of integers"),
+    ],
+)
+def test_booleans_are_not_indices_or_ranks(tmp_path, field, value, message):
+    # true == 1 in Python: `best: true` was read as "completion 1 is best".
+    path = tmp_path / "g.jsonl"
+    path.write_text(json.dumps({"id": "a", "prompt": "p", "completions": ["x", "y"], field: value}))
+    with pytest.raises(DatasetError, match=rf"{path.name}:1: {message}"):
+        read_groups(path)
+
+
+def test_a_broken_json_row_is_refused_with_its_line_and_column(tmp_path):
+    good = json.dumps({"id": "a", "prompt": "p", "completions": ["x", "y"], "best": 0})
+    broken = '{"id": "b", "prompt": "p" "completions": ["x", "y"], "best": 0}'
+    jsonl = tmp_path / "g.jsonl"
+    jsonl.write_text(f"{good}\n{broken}\n")
+    # Line 2, column 27: the missing comma after "p".
+    with pytest.raises(
+        DatasetError, match=r"g\.jsonl:2: not JSON \(Expecting ',' delimiter at column 27\)"
+    ):
+        read_groups(jsonl)
+    array = tmp_path / "g.json"
+    array.write_text(f"[{good},\n{broken}]")
+    # Before: json's own error, without the file ("Expecting ',' delimiter: line 2 column 27").
+    with pytest.raises(
+        DatasetError, match=r"g\.json:2: not JSON \(Expecting ',' delimiter at column 27\)"
+    ):
+        read_groups(array)
+    array.write_text(f"[{good}, [1, 2]]")
+    with pytest.raises(DatasetError, match=r"g\.json item 2: a row must be a JSON object"):
+        read_groups(array)
 
 
 def test_samples_nest():

@@ -119,3 +119,22 @@ def test_each_sample_needs_a_label_and_a_query_that_starts_with_its_prompt() -> 
         limits().sample_specs([SampleAsk(query="other", prompt="q ", label="r")], options)
     with pytest.raises(InvalidRequestError, match=r"2 samples.*REFLECTRM_MAX_BATCH_ITEMS"):
         limits(max_batch_items=1).sample_specs([good, good], options)
+
+
+def test_max_tokens_below_the_served_judges_format_floor_is_refused_per_mode() -> None:
+    # A judge whose format takes 23 tokens in single and vote mode, 24 in reflect mode (the
+    # default model's figures); before a judge is served nothing is checked.
+    lim = limits()
+    assert lim.max_tokens(16, "reflect") == 16
+    lim.format_floor = lambda mode: 24 if mode == "reflect" else 23
+    lim.template_version = "v9"
+    assert lim.max_tokens(23, "single") == 23
+    with pytest.raises(InvalidRequestError) as refused:
+        lim.max_tokens(23, "reflect")
+    assert str(refused.value).startswith(
+        "max_tokens is 23; an output in the enforced format (REFLECTRM_ENFORCE_FORMAT) needs at "
+        "least 24 tokens in reflect mode with this model's tokenizer and template v9"
+    )
+    assert lim.pair_request(pair(mode="vote", max_tokens=23)).max_tokens == 23
+    with pytest.raises(InvalidRequestError, match="at least 23 tokens in vote mode"):
+        lim.pair_request(pair(mode="vote", max_tokens=22))

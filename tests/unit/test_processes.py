@@ -59,11 +59,32 @@ def with_suppressed(fn: Callable[[], object]) -> None:
         fn()
 
 
+# Children start with the signal dispositions a terminal gives them, whatever this test process
+# inherited: a process started with a signal ignored passes that on through fork and exec, and
+# Python then installs no KeyboardInterrupt for SIGINT (nor asyncio.run its handler). A test
+# suite run as a background job of a non-interactive shell (``pytest ... &`` in a script) has
+# SIGINT and SIGQUIT ignored, so a job it started and sent SIGINT slept on. ``ignored`` names the
+# signals a child starts with ignored, as such a launcher starts it.
+LAUNCH = """
+import os, signal, sys
+ignored = {name for name in sys.argv[1].split(",") if name}
+for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+    signal.signal(sig, signal.SIG_IGN if sig.name in ignored else signal.SIG_DFL)
+signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+os.execv(sys.executable, [sys.executable, *sys.argv[2:]])
+"""
+
+
 def start(
-    procs: list[subprocess.Popen], script: str, *args: str, env: dict | None = None
+    procs: list[subprocess.Popen],
+    script: str,
+    *args: str,
+    env: dict | None = None,
+    ignored: tuple[signal.Signals, ...] = (),
 ) -> subprocess.Popen:
+    names = ",".join(sig.name for sig in ignored)
     proc = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(script), *args],
+        [sys.executable, "-c", LAUNCH, names, "-c", textwrap.dedent(script), *args],
         env=env or ENV,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -120,6 +141,46 @@ def test_a_job_ended_by_a_signal_shuts_its_engine_down_and_says_so(started, sig,
     assert job.returncode == status, err
     assert "engine shut down" in out
     assert f"stopped by {signal.Signals(sig).name}" in err
+    wait_for(lambda: not alive(core), "the engine process ends")
+
+
+@contextlib.contextmanager
+def ignoring(sig: signal.Signals) -> Iterator[None]:
+    """This test process with ``sig`` ignored, as a background job of a script has SIGINT."""
+    previous = signal.signal(sig, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(sig, previous)
+
+
+def test_a_job_stops_on_sigint_whatever_the_test_run_ignores(started):
+    with ignoring(signal.SIGINT):
+        job = start(started, JOB)
+    assert job.stdout is not None
+    assert job.stdout.readline().startswith("engine ")
+    job.send_signal(signal.SIGINT)
+    out, err = job.communicate(timeout=60)  # before: the job ignored SIGINT and slept on
+    assert job.returncode == 130, err
+    assert "engine shut down" in out
+
+
+def test_a_job_started_with_sigint_ignored_still_stops_cleanly_on_sigterm(started):
+    # Such a job was asked by its launcher to ignore SIGINT, and does, as every program does;
+    # SIGTERM (what kill, timeout and docker stop send) still shuts its engine down.
+    job = start(started, JOB, ignored=(signal.SIGINT,))
+    assert job.stdout is not None
+    line = job.stdout.readline()
+    assert line.startswith("engine "), job.stderr.read() if job.stderr else line
+    core = psutil.Process(int(line.split()[1]))
+    job.send_signal(signal.SIGINT)
+    with pytest.raises(subprocess.TimeoutExpired):
+        job.wait(1)
+    job.send_signal(signal.SIGTERM)
+    out, err = job.communicate(timeout=180)
+    assert job.returncode == 143, err
+    assert "engine shut down" in out
+    assert "stopped by SIGTERM" in err
     wait_for(lambda: not alive(core), "the engine process ends")
 
 

@@ -262,7 +262,7 @@ def judge_response(result: PairResult) -> schemas.JudgeResponse:
         if swap
         else None,
         parse_failures=a.parse_failures,
-        usage=usage_of(a.usage),
+        usage=usage_of(result.usage),
         seed=a.seed,
         trace=trace_of(result.judgment) if with_trace else None,
         swapped_trace=trace_of(swap) if (swap and with_trace) else None,
@@ -298,7 +298,9 @@ def _winner(comp: Comparison, winner: int | None) -> schemas.Side | None:
     return comp.a if winner == 1 else _side(comp.b)
 
 
-def comparison_result(j: Judged) -> schemas.ComparisonResult:
+def comparison_result(j: Judged, reused: bool = False) -> schemas.ComparisonResult:
+    """One comparison of a group; ``reused``: the group's answer is another call's, and this
+    call's engine work for it none."""
     comp, answer = j.comparison, j.answer
     orders = [
         schemas.ComparisonOrder(first=_side(first), winner=_winner(comp, w), scores=sc)
@@ -313,7 +315,7 @@ def comparison_result(j: Judged) -> schemas.ComparisonResult:
         consistent=answer.consistent,
         orders=orders,
         seed=comp.seed,
-        usage=usage_of(*(x.usage for x in j.judgments)),
+        usage=usage_of() if reused else usage_of(*(x.usage for x in j.judgments)),
     )
 
 
@@ -339,7 +341,7 @@ def rewards_response(result: GroupResult) -> schemas.RewardsResponse:
             )
             for r in result.rewards
         ],
-        comparisons=[comparison_result(j) for j in result.judged],
+        comparisons=[comparison_result(j, result.reused != "judged") for j in result.judged],
         judgments=result.judgments,
         rounds=result.rounds,
         usage=usage_of(result.usage),

@@ -82,7 +82,7 @@ def completion(body: GenRMChatRequest, result: PairResult) -> GenRMChatCompletio
         content = json.dumps(NEUTRAL)
     else:
         content = NO_VERDICT_TEXT
-    usage = convert.usage_of(a.usage)
+    usage = convert.usage_of(result.usage)
     return GenRMChatCompletion(
         id=f"chatcmpl-{e.request_id}",
         created=int(time.time()),

@@ -109,7 +109,12 @@ class JudgeRequest(Conversation):
         description="Makes sampling and the reflection order reproducible; random if omitted.",
     )
     max_tokens: int | None = Field(
-        None, ge=16, description="Generation limit per output. Default from the server (1024)."
+        None,
+        ge=16,
+        description="Generation limit per output. Default from the server (1024). With the "
+        "output format enforced (the default), less than the format takes in the model's tokens "
+        "(the tags and the longest verdict sentence: 23, 24 in reflect mode, with the default "
+        "model) is refused with 422 naming the least.",
     )
     check_swap: bool = Field(
         False,
@@ -132,6 +137,9 @@ class JudgeRequest(Conversation):
 
 
 class Usage(BaseModel):
+    """The engine work of this call: zero for an answer reused from an identical call (joined
+    while in flight, or from the cache), which cost none."""
+
     prompt_tokens: int = Field(description="Prompt tokens prefilled (once per engine request).")
     generated_tokens: int
     engine_requests: int
@@ -548,7 +556,10 @@ class CohortResult(BaseModel):
         description="Closed by the cohort timeout before group_size members arrived: judged "
         "with those it had."
     )
-    wait_ms: float = Field(description="This call's wait for the cohort to close.")
+    wait_ms: float = Field(
+        description="This call's wait for the cohort to close, from its own arrival (a retry "
+        "that took over a member: from the retry's arrival; 0 if the cohort had closed)."
+    )
     index: int = Field(description="This completion's place in the group, ordered by content.")
     completions: int = Field(description="Completions judged as the group (= arrived).")
     rewards: list[float | None] = Field(description="Every completion's reward, in that order.")

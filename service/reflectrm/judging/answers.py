@@ -32,6 +32,9 @@ class PairAnswer:
     parse_failures: int
     usage: EngineUsage
     seed: int
+    # Both orders judged and averaged (debias swap), some with a verdict, and the averages tie:
+    # no winner (``outcome`` no_verdict), but a verdict that the two are even.
+    tie: bool = False
 
 
 def _failures(judgment: Judgment) -> int:
@@ -48,12 +51,13 @@ def _analysis(judgment: Judgment, swap: Judgment | None, winner: int | None) -> 
 def answer_pair(judgment: Judgment, swap: Judgment | None, debias: Debias) -> PairAnswer:
     both: Debiased = combine(judgment, swap)
     if debias == "swap" and swap is not None:
-        winner, scores, outcome = both.winner, both.scores, both.outcome
+        winner, scores, outcome, tie = both.winner, both.scores, both.outcome, both.tie
         v = swap.votes
         votes = (judgment.votes[0] + v[1], judgment.votes[1] + v[0])
         early_exit = judgment.early_exit and swap.early_exit
     else:
         winner, scores, outcome = judgment.winner, judgment.scores, judgment.outcome
+        tie = False
         votes, early_exit = judgment.votes, judgment.early_exit
     orders = tuple(zip(both.order_winners, both.order_scores, strict=True)) if swap else ()
     return PairAnswer(
@@ -71,4 +75,5 @@ def answer_pair(judgment: Judgment, swap: Judgment | None, debias: Debias) -> Pa
         parse_failures=_failures(judgment) + (_failures(swap) if swap else 0),
         usage=judgment.usage + swap.usage if swap else judgment.usage,
         seed=judgment.seed,
+        tie=tie,
     )

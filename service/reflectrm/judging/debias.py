@@ -59,6 +59,12 @@ class Debiased:
     def outcome(self) -> Literal["verdict", "no_verdict"]:
         return "verdict" if self.winner is not None else "no_verdict"
 
+    @property
+    def tie(self) -> bool:
+        """Some order had a verdict and the averaged scores tie: an answer (the two are even),
+        not a silence, although ``outcome`` says no_verdict (there is no winner)."""
+        return self.verdicts > 0 and self.winner is None
+
 
 def single_order(judgment: Judgment) -> Debiased:
     """No debiasing: the judgment as it is."""

@@ -70,6 +70,8 @@ SEED_LIMIT = 2**31
 # The Bradley-Terry fit's prior: each completion is given this many virtual games, half won,
 # spread evenly over the other completions of the fit (see bradley_terry).
 PRIOR_GAMES = 1.0
+# Decimal places of the fitted rewards (see win_shares).
+SHARE_DECIMALS = 12
 
 
 @dataclass(frozen=True)
@@ -213,7 +215,8 @@ def aggregate(completions: Sequence[str], results: Sequence[Result]) -> list[Com
             rewards.append(CompletionReward(i, EMPTY_REWARD, empty=True))
             continue
         mine = scores[i]
-        rewards.append(_counted(i, sum(mine) / len(mine) if mine else None, tally))
+        reward = math.fsum(mine) / len(mine) if mine else None
+        rewards.append(_counted(i, reward, tally))
     return rewards
 
 
@@ -240,11 +243,14 @@ def bradley_terry(
     keeps an unbeaten or unbeatable completion finite, joins completions the design never
     connected (they stay at equal strength), and makes the maximum-likelihood fit unique.
 
-    Fitted by Zermelo's iteration (an MM algorithm, Hunter 2004), in place one completion at a
-    time: p_i <- W_i / sum_j n_ij / (p_i + p_j), W_i the wins of i (prior included) and n_ij
-    the games between i and j; until no log-strength moves by more than ``tolerance``.
+    Fitted by Zermelo's iteration (the MM algorithm of Hunter 2004), every strength updated
+    at once from the previous sweep's: p_i <- W_i / sum_j n_ij / (p_i + p_j), W_i the wins of i
+    (prior included) and n_ij the games between i and j; until no log-strength moves by more
+    than ``tolerance``. Sums are exact (``math.fsum``) and the updates simultaneous, so the
+    computation does not depend on the completions' order: completions whose evidence is the
+    same (up to relabelling) get bit-identical strengths.
     """
-    wins: dict[int, float] = {}
+    wins: dict[int, list[float]] = {}
     games: dict[tuple[int, int], float] = {}
     for comp, result in results:
         if comp.b is None or result.verdicts == 0:
@@ -253,8 +259,8 @@ def bradley_terry(
         if total <= 0:
             continue
         a, b = comp.a, comp.b
-        wins[a] = wins.get(a, 0.0) + result.scores[0] / total
-        wins[b] = wins.get(b, 0.0) + result.scores[1] / total
+        wins.setdefault(a, []).append(result.scores[0] / total)
+        wins.setdefault(b, []).append(result.scores[1] / total)
         key = (min(a, b), max(a, b))
         games[key] = games.get(key, 0.0) + 1.0
     items = sorted(wins)
@@ -263,21 +269,20 @@ def bradley_terry(
         return {}
     alpha = prior_games / (2 * (k - 1))
     pos = {item: n for n, item in enumerate(items)}
-    w = [wins[item] + alpha * (k - 1) for item in items]
+    w = [math.fsum(wins[item]) + alpha * (k - 1) for item in items]
     n = [[0.0 if i == j else 2 * alpha for j in range(k)] for i in range(k)]
     for (a, b), count in games.items():
         n[pos[a]][pos[b]] += count
         n[pos[b]][pos[a]] += count
     p = [1.0] * k
     for _ in range(max_sweeps):
-        moved = 0.0
-        for i in range(k):
-            pi, row = p[i], n[i]
-            new = w[i] / sum(row[j] / (pi + p[j]) for j in range(k) if j != i)
-            moved = max(moved, abs(math.log(new / pi)))
-            p[i] = new
-        scale = math.exp(sum(math.log(x) for x in p) / k)
-        p = [x / scale for x in p]
+        new = [
+            w[i] / math.fsum(n[i][j] / (p[i] + p[j]) for j in range(k) if j != i) for i in range(k)
+        ]
+        scale = math.exp(math.fsum(math.log(x) for x in new) / k)
+        new = [x / scale for x in new]
+        moved = max(abs(math.log(x / old)) for x, old in zip(new, p, strict=True))
+        p = new
         if moved < tolerance:
             break
     return {item: p[pos[item]] for item in items}
@@ -286,11 +291,14 @@ def bradley_terry(
 def win_shares(strengths: Mapping[int, float]) -> dict[int, float]:
     """Each completion's mean win probability against the others of the fit,
     mean_j p_i / (p_i + p_j): in (0, 1), 0.5 for the average completion, and the rewards of a
-    fit average 0.5."""
+    fit average 0.5. Rounded to ``SHARE_DECIMALS`` places, below the fit's own precision and
+    above float noise: where the evidence says two completions are equal (every comparison a
+    tie, say) the fit's last bits can still differ, and a trainer's strict argmax must not see
+    a winner in them."""
     out = {}
     for i, pi in strengths.items():
         others = [pi / (pi + pj) for j, pj in strengths.items() if j != i]
-        out[i] = sum(others) / len(others)
+        out[i] = round(math.fsum(others) / len(others), SHARE_DECIMALS)
     return out
 
 

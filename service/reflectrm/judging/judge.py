@@ -27,6 +27,7 @@ from reflectrm.judging.prompts import (
     output_regex,
     preference_chat,
     reflection_chat,
+    shortest_output,
 )
 from reflectrm.judging.types import (
     Candidate,
@@ -34,6 +35,7 @@ from reflectrm.judging.types import (
     Judgment,
     JudgmentSpec,
     Message,
+    Mode,
     Reflection,
     Trace,
 )
@@ -104,6 +106,7 @@ class Judge:
         self.on_run = on_run
         self.template = get_template(config.template_version)
         self._reflection_extra_tokens = self._measure_reflection_extra_tokens()
+        self._format_tokens = self._measure_format_tokens() if config.enforce_format else None
 
     def _measure_reflection_extra_tokens(self) -> int:
         """How many more tokens a reflection prompt (critiques empty) has than the judging prompt
@@ -113,6 +116,32 @@ class Judge:
         refl = self.engine.render_chat(reflection_chat(self.template, conv, "a", "b", "", ""))
         # Token boundaries around the inserted texts can shift by a few tokens.
         return refl.num_tokens - base.num_tokens + REFLECTION_MARGIN_TOKENS
+
+    def _measure_format_tokens(self) -> dict[tuple[str, str], int]:
+        """Per verdict set (stage 1's, the reflections'), the tokens of the shortest output the
+        format admits with its longest verdict, in this model's tokens: what a message holding
+        that text adds to the rendered prompt (after a newline, so that no token spans the
+        text's start)."""
+        base = self.engine.render_chat([{"role": "user", "content": "q\n"}]).num_tokens
+
+        def tokens(verdict: str) -> int:
+            content = "q\n" + shortest_output(verdict)
+            return self.engine.render_chat([{"role": "user", "content": content}]).num_tokens
+
+        return {
+            verdicts: max(tokens(v) for v in verdicts) - base
+            for verdicts in (RESPONSE_VERDICTS, CRITIQUE_VERDICTS)
+        }
+
+    def min_max_tokens(self, mode: Mode) -> int | None:
+        """With the format enforced, the least ``max_tokens`` in which every output of ``mode``
+        can end in a verdict: the tags and the longest verdict sentence (a reflection's too, in
+        reflect mode) around a one-character analysis, in this model's tokens. Below it no
+        output has a verdict, whatever the model. None when the format is not enforced."""
+        if self._format_tokens is None:
+            return None
+        stage1 = self._format_tokens[RESPONSE_VERDICTS]
+        return max(stage1, self._format_tokens[CRITIQUE_VERDICTS]) if mode == "reflect" else stage1
 
     # --- preparation (cheap, synchronous: run it in a thread for long inputs) -----------------
 

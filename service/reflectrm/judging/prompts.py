@@ -282,6 +282,13 @@ def reflection_messages(
     return as_text(chat)
 
 
+def shortest_output(verdict: str) -> str:
+    """The shortest output ``output_regex`` admits with ``verdict``: a one-character analysis,
+    the tags and the verdict sentence. Its length in a model's tokens is the least
+    ``max_tokens`` in which that output can end in a verdict."""
+    return f"<Analysis>x</Analysis>\n<Result>{verdict}</Result>"
+
+
 def output_regex(verdicts: tuple[str, str], max_analysis_chars: int | None) -> str:
     """The output format for structured decoding: an analysis (no '<'), then one verdict.
 

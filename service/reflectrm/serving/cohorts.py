@@ -100,6 +100,8 @@ class Seat:
     cohort: Cohort
     member: Member
     adopted: bool  # a retry that took over a member whose caller had gone
+    # When this caller took the seat: the member's arrival, or a retry's own (later) one.
+    arrived: float = 0.0
     done: bool = False
 
 
@@ -153,7 +155,7 @@ class Cohorts:
         if adopted is not None:
             cohort, member = adopted
             member.waiters += 1
-            return Seat(cohort, member, adopted=True)
+            return Seat(cohort, member, adopted=True, arrived=self._clock())
         opened = self._open.get(key)
         if opened is None:
             if len(self._open) >= self.max_open:
@@ -182,7 +184,7 @@ class Cohorts:
         opened.members.append(member)
         if len(opened.members) >= terms.group_size:
             self._close(opened, "full")
-        return Seat(opened, member, adopted=False)
+        return Seat(opened, member, adopted=False, arrived=member.arrived)
 
     def _adoptable(
         self, key: Hashable, terms: CohortTerms, payload: Any, text: str

@@ -11,11 +11,11 @@ max_tokens) held to REFLECTRM_MAX_CALL_WORK_TOKENS. A refusal is an ``InvalidReq
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from reflectrm.judging.groups import design
 from reflectrm.judging.groups import judgments as group_judgments
-from reflectrm.judging.types import JudgmentSpec, Message
+from reflectrm.judging.types import JudgmentSpec, Message, Mode
 from reflectrm.serving.cohorts import CohortTerms
 from reflectrm.serving.errors import InvalidRequestError, TooMuchWorkError
 from reflectrm.serving.samples import split_query
@@ -32,6 +32,8 @@ from reflectrm.settings import Settings
 
 # One part of a call's engine work: judgments, candidates (stage-1 outputs) each, max_tokens.
 Work = tuple[int, int, int]
+# What the least max_tokens of the enforced output format is made of (Judge.min_max_tokens).
+FLOOR_TEXT = "the tags and the longest verdict sentence around a one-character analysis"
 
 
 def new_seed() -> int:
@@ -82,6 +84,10 @@ class Limits:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        # The served judge's least max_tokens per mode (Judge.min_max_tokens: None without
+        # format enforcement) and its template, set when a judge is served.
+        self.format_floor: Callable[[Mode], int | None] = lambda mode: None
+        self.template_version = ""
 
     # --- a pair, a batch of pairs -------------------------------------------------------------
 
@@ -98,7 +104,7 @@ class Limits:
             mode=ask.mode,
             num_candidates=ask.num_candidates or self.settings.num_candidates,
             seed=new_seed() if ask.seed is None else ask.seed,
-            max_tokens=self.max_tokens(ask.max_tokens),
+            max_tokens=self.max_tokens(ask.max_tokens, ask.mode),
             ablation=ask.ablation,
         )
 
@@ -138,7 +144,7 @@ class Limits:
             mode=ask.mode,
             debias=ask.debias,
             num_candidates=ask.num_candidates or s.num_candidates,
-            max_tokens=self.max_tokens(ask.max_tokens),
+            max_tokens=self.max_tokens(ask.max_tokens, ask.mode),
             seed=new_seed() if ask.seed is None else ask.seed,
             seed_drawn=ask.seed is None,
         )
@@ -202,7 +208,7 @@ class Limits:
             mode=ask.mode,
             debias=ask.debias,
             num_candidates=ask.num_candidates or s.num_candidates,
-            max_tokens=self.max_tokens(ask.max_tokens),
+            max_tokens=self.max_tokens(ask.max_tokens, ask.mode),
             seed=ask.seed,
             timeout_s=timeout_s,
         )
@@ -213,13 +219,24 @@ class Limits:
 
     # --- the bounds every ask shares ----------------------------------------------------------
 
-    def max_tokens(self, requested: int | None) -> int:
+    def max_tokens(self, requested: int | None, mode: Mode) -> int:
+        """The call's max_tokens: at most REFLECTRM_MAX_TOKENS_LIMIT, and with the output format
+        enforced at least what the format takes in ``mode`` with the served model's tokens."""
         s = self.settings
         max_tokens = requested or s.max_tokens
         if max_tokens > s.max_tokens_limit:
             raise InvalidRequestError(
                 f"max_tokens is {max_tokens}; this server allows at most "
                 f"{s.max_tokens_limit} (REFLECTRM_MAX_TOKENS_LIMIT)"
+            )
+        floor = self.format_floor(mode)
+        if floor is not None and max_tokens < floor:
+            raise InvalidRequestError(
+                f"max_tokens is {max_tokens}; an output in the enforced format "
+                f"(REFLECTRM_ENFORCE_FORMAT) needs at least {floor} tokens in {mode} mode with "
+                f"this model's tokenizer and template {self.template_version} ({FLOOR_TEXT}), so "
+                f"none could end in a verdict: ask for at least {floor}, more to leave the "
+                "analysis room"
             )
         return max_tokens
 

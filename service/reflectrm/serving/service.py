@@ -40,7 +40,7 @@ from reflectrm.serving.errors import (
     UnavailableError,
     outcome_of,
 )
-from reflectrm.serving.limits import Limits, new_seed, sample_response
+from reflectrm.serving.limits import FLOOR_TEXT, Limits, new_seed, sample_response
 from reflectrm.serving.reuse import How, Reuse
 from reflectrm.serving.swap_checks import SwapChecker, swap_result
 from reflectrm.serving.types import (
@@ -72,6 +72,12 @@ def _conversation_id(conversation: Sequence[Message]) -> str:
     for message in conversation:
         digest.update(f"{message.role}\0{message.content}\0".encode())
     return f"conversation:{digest.hexdigest()[:16]}"
+
+
+def _counted(outcome: str, tie: bool) -> str:
+    """The outcome a judgment is counted (and logged) under: a tie of both orders is a tie, not
+    a silence, although its answer has no winner (``outcome`` no_verdict)."""
+    return "tie" if tie else outcome
 
 
 class JudgingService:
@@ -123,7 +129,25 @@ class JudgingService:
 
     def serve_with(self, judge: Judge) -> None:
         self.judge = judge
+        self.limits.format_floor = judge.min_max_tokens
+        self.limits.template_version = judge.template.version
         self.unavailable = None
+
+    def settings_problem(self, judge: Judge) -> str | None:
+        """What in the settings cannot work with this judge's model, said for the operator;
+        None when nothing. REFLECTRM_MAX_TOKENS must hold the output format (the floor of
+        reflect mode, which also holds the others'), or no call left at the default could end
+        in a verdict."""
+        floor = judge.min_max_tokens("reflect")
+        if floor is None or self.settings.max_tokens >= floor:
+            return None
+        return (
+            f"REFLECTRM_MAX_TOKENS is {self.settings.max_tokens}, below the {floor} tokens an "
+            f"output needs in the enforced format with this model's tokenizer and template "
+            f"{judge.template.version} ({FLOOR_TEXT}): no judgment at the default could end in a "
+            f"verdict; set REFLECTRM_MAX_TOKENS to at least {floor} (or "
+            "REFLECTRM_ENFORCE_FORMAT=false for a model trained on the template)"
+        )
 
     def stop_serving(self, reason: str) -> None:
         self.judge = None
@@ -180,7 +204,7 @@ class JudgingService:
             done = await self._cancellable(call, gather_all(work))
             result = BatchResult(tuple(done), self._envelope(judge, call, call.request_id))
             outcomes = [
-                (d.ask.mode, d.answer.outcome)
+                (d.ask.mode, _counted(d.answer.outcome, d.answer.tie))
                 if isinstance(d, PairResult)
                 else (d.mode, outcome_of(d.error))
                 for d in done
@@ -296,7 +320,9 @@ class JudgingService:
             group_size=cohort.terms.group_size,
             arrived=len(cohort.members),
             cut=cohort.cut,
-            wait_s=max(0.0, cohort.closed_at - seat.member.arrived),
+            # This call's own wait: a retry that took over a member waited from its own arrival
+            # (none if the cohort had closed already), not from the first caller's.
+            wait_s=max(0.0, cohort.closed_at - seat.arrived),
             adopted=seat.adopted,
             envelope=self._envelope(judge, call, call.request_id),
         )
@@ -438,7 +464,7 @@ class JudgingService:
         if how != "judged":
             self.metrics.observe_reuse(how)
             envelope = self._envelope(judge, call, call.request_id + suffix)
-            result = dataclasses.replace(result, ask=ask, envelope=envelope)
+            result = dataclasses.replace(result, ask=ask, envelope=envelope, reused=how)
         return result, how
 
     async def _reused_group(
@@ -455,7 +481,7 @@ class JudgingService:
             self.metrics.observe_reuse(how)
             call.note(reused=how)
             result = dataclasses.replace(
-                result, envelope=self._envelope(judge, call, call.request_id)
+                result, envelope=self._envelope(judge, call, call.request_id), reused=how
             )
         return result
 
@@ -581,11 +607,11 @@ class JudgingService:
     def _record_pair(self, call: CallContext, result: PairResult, how: How) -> None:
         """One pair: its judgment, the swapped-order one if it ran, and the answer's outcome;
         an answer reused from an identical call adds no engine work."""
-        mode, outcome = result.ask.mode, result.answer.outcome
+        mode, outcome = result.ask.mode, _counted(result.answer.outcome, result.answer.tie)
         if result.swap is not None and how == "judged":
             self._count_swap(result.judgment, result.swap)
         self.metrics.observe_request(mode, outcome, call.seconds)
-        usage = result.answer.usage
+        usage = result.usage
         call.note(mode=mode, outcome=outcome)
         call.note(winner=result.judgment.winner)
         if how != "judged":
@@ -615,4 +641,4 @@ class JudgingService:
 
     @staticmethod
     def _group_outcomes(result: GroupResult) -> list[tuple[str, str]]:
-        return [(result.spec.mode, j.answer.outcome) for j in result.judged]
+        return [(result.spec.mode, _counted(j.answer.outcome, j.answer.tie)) for j in result.judged]

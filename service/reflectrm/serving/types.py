@@ -9,6 +9,7 @@ from reflectrm.judging.answers import PairAnswer
 from reflectrm.judging.debias import Debias, Debiased
 from reflectrm.judging.groups import Comparison, CompletionReward, Strategy
 from reflectrm.judging.types import Ablation, EngineUsage, Judgment, JudgmentSpec, Message, Mode
+from reflectrm.serving.reuse import How
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,14 @@ class PairResult:
     swap: Judgment | None  # the swapped order's judgment, when both orders ran
     answer: PairAnswer
     envelope: Envelope
+    # "joined" (an identical call in flight) or "cached" (answered recently): the answer is
+    # another call's, and this call cost no engine work.
+    reused: How = "judged"
+
+    @property
+    def usage(self) -> EngineUsage:
+        """This call's own engine work: none for a reused answer."""
+        return self.answer.usage if self.reused == "judged" else EngineUsage()
 
 
 # --- a batch of pairs ------------------------------------------------------------------------
@@ -83,7 +92,10 @@ class BatchResult:
 
     @property
     def usage(self) -> EngineUsage:
-        return sum((j.usage for j in self.judgments), EngineUsage())
+        """The batch's own engine work: reused items add none."""
+        return sum(
+            (item.usage for item in self.items if isinstance(item, PairResult)), EngineUsage()
+        )
 
     @property
     def judged(self) -> int:
@@ -142,9 +154,13 @@ class GroupResult:
     rewards: list[CompletionReward]
     judged: list[Judged]
     envelope: Envelope
+    reused: How = "judged"  # as PairResult.reused
 
     @property
     def usage(self) -> EngineUsage:
+        """This call's own engine work: none for a reused answer."""
+        if self.reused != "judged":
+            return EngineUsage()
         return sum((j.usage for c in self.judged for j in c.judgments), EngineUsage())
 
     @property

@@ -47,6 +47,11 @@ GROUP_RESULTS = "group-results.jsonl"
 GROUP_MODES = ("single", "vote", "reflect")
 # Settings a group results file holds one value of (a rerun must match them to add to it).
 GROUP_FINGERPRINT = (*records.FINGERPRINT_KEYS, "mode")
+# One row of a group file (docs/schemas/groups.schema.json), as --help shows it.
+EXAMPLE_ROW = (
+    '{"id": "primes-1", "prompt": "Name a prime number larger than 10.", '
+    '"completions": ["13", "12", "Eleven is prime, and so is 13."], "best": 2}'
+)
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -54,8 +59,11 @@ def configure(p: argparse.ArgumentParser) -> None:
         "group rewards (--groups)",
         "Evaluate group designs instead of pairs: --dataset names group files (rm-bench: its "
         "items regrouped, 3 chosen and 3 rejected styles each; a JSONL of rows with "
-        "`completions` and `best` or `ranks`; RMB best-of-N files). --limit N takes N groups, "
-        "--mode one of single, vote, reflect (default reflect).",
+        "`completions` and `best` (an index) or `ranks` (one integer per completion, lower is "
+        "better), `prompt` or `messages`, optional `id`, `reference`, `subset`, `meta`; RMB "
+        "best-of-N files). A row: " + EXAMPLE_ROW + " (the schema: "
+        "docs/schemas/groups.schema.json). --limit N takes N groups, --mode one of single, "
+        "vote, reflect (default reflect).",
     )
     g.add_argument("--groups", action="store_true", help="evaluate group rewards per design")
     g.add_argument(

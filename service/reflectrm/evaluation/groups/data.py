@@ -8,10 +8,11 @@ order). Three layouts are read, every row checked before anything is judged:
   one ``item_id`` are 3 chosen and 3 rejected styles of one answer; the group is the 6 distinct
   texts, chosen rank 0, rejected rank 1, each completion's style and side in ``completion_meta``
   and the 9 pairs' difficulty (hard, normal, easy) kept for RM-Bench's style matrix.
-- **The group schema** (JSONL, plain or gzip): ``id``, ``prompt`` or ``messages`` (as in the
-  pairwise schema), ``completions`` (at least two strings), and either ``best`` (the index of
-  the one best completion: best-of-N) or ``ranks`` (one integer per completion, lower is better,
-  ties allowed); optional ``reference`` (for strategy ``reference``), ``subset`` and ``meta``.
+- **The group schema** (JSONL, plain or gzip; docs/schemas/groups.schema.json): ``id``,
+  ``prompt`` or ``messages`` (as in the pairwise schema), ``completions`` (at least two
+  strings), and either ``best`` (the index of the one best completion: best-of-N; an integer,
+  never a boolean) or ``ranks`` (one integer per completion, lower is better, ties allowed);
+  optional ``reference`` (for strategy ``reference``), ``subset`` and ``meta``.
 - **RMB's best-of-N layout** (``bon_uid``, ``conversation_input``, ``bon_best.answer``,
   ``loser_list[].answer``, ``category_path``), JSON arrays or JSONL, for users who have the
   files: the best answer is completion 0 of its group (rank 0), the losers rank 1.
@@ -133,7 +134,12 @@ def rmbench_groups(rows: Iterator[tuple[str, dict[str, Any]]]) -> list[Group]:
 # --- the group schema and RMB's best-of-N layout ---------------------------------------------
 
 
+def _integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def schema_group(row: Mapping[str, Any], where: str, benchmark: str) -> Group:
+    """One row of the group schema (docs/schemas/groups.schema.json)."""
     completions = row.get("completions")
     if not isinstance(completions, list):
         raise DatasetError(f"{where}: `completions` must be a list of strings")
@@ -143,13 +149,17 @@ def schema_group(row: Mapping[str, Any], where: str, benchmark: str) -> Group:
         )
     if "best" in row:
         best = row["best"]
-        if not isinstance(best, int) or not 0 <= best < len(completions):
-            raise DatasetError(f"{where}: `best` must be an index into `completions`")
+        # A boolean is an int in Python (true == 1), never an index in a group file.
+        if not _integer(best) or not 0 <= best < len(completions):
+            raise DatasetError(
+                f"{where}: `best` must be an index into `completions` (an integer from 0 to "
+                f"{len(completions) - 1}), not {json.dumps(best)}"
+            )
         ranks = tuple(0 if i == best else 1 for i in range(len(completions)))
     else:
         raw = row["ranks"]
-        if not isinstance(raw, list) or not all(isinstance(r, int) for r in raw):
-            raise DatasetError(f"{where}: `ranks` must be a list of integers")
+        if not isinstance(raw, list) or not all(_integer(r) for r in raw):
+            raise DatasetError(f"{where}: `ranks` must be a list of integers (not booleans)")
         ranks = tuple(raw)
     meta = {str(k): str(v) for k, v in (row.get("meta") or {}).items()}
     meta["subset"] = str(row.get("subset", meta.get("subset", "all")))
@@ -197,7 +207,15 @@ def _json_rows(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
     """Rows of a JSON array file, or of a JSONL file (plain or gzip)."""
     head = path.read_bytes()[:1] if path.stat().st_size else b""
     if head == b"[":
-        for k, row in enumerate(json.loads(path.read_text(encoding="utf-8")), 1):
+        try:
+            items = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise DatasetError(
+                f"{path}:{exc.lineno}: not JSON ({exc.msg} at column {exc.colno})"
+            ) from None
+        for k, row in enumerate(items, 1):
+            if not isinstance(row, dict):
+                raise DatasetError(f"{path} item {k}: a row must be a JSON object")
             yield f"{path} item {k}", row
         return
     yield from read_rows(path)
