@@ -641,6 +641,7 @@ async def test_a_reflect_judgment_keeps_every_engine_request_on_one_routing_key(
 
 def test_replica_flags_are_the_in_process_engines_arguments():
     from reflectrm.engines.vllm_engine import vllm_serve_args
+    from reflectrm.hardware import cpu_dtype
 
     config = EngineConfig(
         model="/m/SmolLM2", device="cpu", kv_cache_gib=1.0, max_model_len=4096, resolved=True
@@ -649,7 +650,8 @@ def test_replica_flags_are_the_in_process_engines_arguments():
     assert args[:2] == ["--model", "/m/SmolLM2"]
     assert "--served-model-name" in args
     assert args[args.index("--served-model-name") + 1] == "SmolLM2"
-    assert args[args.index("--dtype") + 1] == "float32"  # the CPU default, as in-process
+    # The CPU default, as in-process: bf16 where the CPU has bf16 matrix units, else float32.
+    assert args[args.index("--dtype") + 1] == cpu_dtype()
     assert args[args.index("--kv-cache-memory-bytes") + 1] == str(1 << 30)
     assert args[args.index("--max-num-batched-tokens") + 1] == "8192"
     assert "--no-enable-chunked-prefill" in args
