@@ -123,9 +123,13 @@ class Replica:
         self.log.close()
 
 
-def replica_config(kv_cache_gib: float = 1.0, max_model_len: int = 4096) -> EngineConfig:
+def replica_config(
+    kv_cache_gib: float = 1.0, max_model_len: int = 4096, dtype: str = "auto"
+) -> EngineConfig:
     """The default model, resolved, with the small KV cache a shared machine affords."""
-    return resolve(EngineConfig(kv_cache_gib=kv_cache_gib, max_model_len=max_model_len))
+    return resolve(
+        EngineConfig(kv_cache_gib=kv_cache_gib, max_model_len=max_model_len, dtype=dtype)
+    )
 
 
 def start_replica(
@@ -249,11 +253,12 @@ def local_fleet(
     start_timeout_s: float = 600.0,
     extra_env: dict[str, str] | None = None,
     extra_args: Sequence[str] = (),
+    dtype: str = "auto",
 ) -> Iterator[Fleet]:
     """Start the replicas (in parallel) and the router; stop all of them on exit."""
     log_dir = log_dir or Path(os.environ.get("TMPDIR", "/tmp")) / f"reflectrm-fleet-{os.getpid()}"
     log_dir.mkdir(parents=True, exist_ok=True)
-    config = replica_config(kv_cache_gib, max_model_len)
+    config = replica_config(kv_cache_gib, max_model_len, dtype)
     started: list[Replica] = []
     router: Router | None = None
     try:

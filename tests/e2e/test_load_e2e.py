@@ -51,7 +51,7 @@ def test_load_runner_answers_every_request(live, tmp_path):
         "--requests",
         str(SENT),
         "--max-tokens",
-        "16",
+        "32",  # the least the enforced format holds (23-24 tokens), with room for the analysis
         # Bodies no other test sends to the shared service: an identical call would be
         # answered from its cache, with no engine work to count.
         "--seed",

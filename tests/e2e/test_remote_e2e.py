@@ -28,7 +28,7 @@ from reflectrm.engines.config import EngineConfig, RemoteConfig
 from reflectrm.judging.judge import Judge, JudgeConfig
 from reflectrm.judging.prompts import get_template, preference_messages
 from reflectrm.judging.types import JudgmentSpec, Message
-from tests.e2e.conftest import ForwardingEngine, LiveService, e2e_settings
+from tests.e2e.conftest import E2E_DTYPE, ForwardingEngine, LiveService, e2e_settings
 
 ROUTER = Path(sys.executable).parent / "vllm-router"
 pytestmark = pytest.mark.skipif(
@@ -66,6 +66,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         log_dir=log_dir,
         extra_args=["--enable-log-requests"],
         extra_env={"VLLM_LOGGING_LEVEL": "INFO"},
+        dtype=E2E_DTYPE,  # as the in-process engine: its judgments are compared exactly
     ) as started:
         yield started
 
