@@ -42,7 +42,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_prepare_model(args: argparse.Namespace) -> int:
-    from reflectrm.models import (
+    from reflectrm.checkpoints import (
         ARTIFACT_DIR,
         CheckpointError,
         is_judge_artifact,

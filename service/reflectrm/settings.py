@@ -18,9 +18,9 @@ from typing import Any, Literal, TypeVar
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from reflectrm.checkpoints import DEFAULT_MODEL, default_cache_dir
 from reflectrm.engines.config import EngineConfig, RemoteConfig
 from reflectrm.judging.config import JudgeConfig
-from reflectrm.models import DEFAULT_MODEL, default_cache_dir
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
