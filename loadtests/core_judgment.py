@@ -16,10 +16,10 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from reflectrm.datasets import read_pairs
 from reflectrm.engines import open_engine
 from reflectrm.judging.judge import Judge, JudgeConfig
 from reflectrm.judging.types import JudgmentSpec
-from reflectrm.pairs import read_pairs
 from reflectrm.settings import Settings, get_settings
 
 DATA = (

@@ -16,10 +16,10 @@ from reflectrm.api.auth import ApiKeyAuth, load_keys
 from reflectrm.api.body import BodyLimit
 from reflectrm.api.nemo_gym import router as nemo_gym_router
 from reflectrm.api.routes import router
+from reflectrm.checkpoints import CheckpointError
 from reflectrm.engines import open_engine
 from reflectrm.engines.base import Engine
 from reflectrm.instrumentation import metered_judge
-from reflectrm.models import CheckpointError
 from reflectrm.serving.lifecycle import Lifecycle
 from reflectrm.serving.service import JudgingService
 from reflectrm.settings import Settings, get_settings

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from reflectrm.interrupts import run_command
+from reflectrm.judging import defaults
 from reflectrm.judging.types import MODES
 from reflectrm.settings import Settings, get_settings
 
@@ -42,7 +43,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_prepare_model(args: argparse.Namespace) -> int:
-    from reflectrm.models import (
+    from reflectrm.checkpoints import (
         ARTIFACT_DIR,
         CheckpointError,
         is_judge_artifact,
@@ -154,7 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
     conv.add_argument("--messages", help="a JSON file with the conversation [{role, content}]")
     p.add_argument("--response1", required=True)
     p.add_argument("--response2", required=True)
-    p.add_argument("--mode", choices=MODES, default="reflect")
+    p.add_argument("--mode", choices=MODES, default=defaults.MODE)
     p.add_argument("--seed", type=int)
     p.add_argument("--max-tokens", type=int)
     p.add_argument("--num-candidates", type=int)

@@ -18,9 +18,10 @@ from typing import Any, Literal, TypeVar
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from reflectrm.checkpoints import DEFAULT_MODEL, default_cache_dir
 from reflectrm.engines.config import EngineConfig, RemoteConfig
+from reflectrm.judging import defaults
 from reflectrm.judging.config import JudgeConfig
-from reflectrm.models import DEFAULT_MODEL, default_cache_dir
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
@@ -292,9 +293,11 @@ class Settings(BaseSettings):
     )
 
     # --- judging defaults --------------------------------------------------------------------
-    num_candidates: int = Field(8, ge=1, le=32, description="Stage-1 samples when not requested.")
+    num_candidates: int = Field(
+        defaults.NUM_CANDIDATES, ge=1, le=32, description="Stage-1 samples when not requested."
+    )
     max_tokens: int = Field(
-        1024,
+        defaults.MAX_TOKENS,
         ge=16,
         description="Generation limit per output when not requested (paper: 1024). With "
         "enforce_format, at least what the format takes in the model's tokens (the tags and the "

@@ -130,8 +130,8 @@ def test_bad_fields_get_422_saying_what_to_fix(client: TestClient, payload, need
 def test_the_evaluation_harness_refuses_exactly_what_the_schema_does(client: TestClient):
     """One rule for HTTP and in-process evaluation: a text of zero characters (e.g. five RMB
     pairs' empty prompt) is refused; whitespace is a text."""
+    from reflectrm.datasets import Pair, pair_from_row
     from reflectrm.evaluation.pairwise.runner import plan, refusal
-    from reflectrm.pairs import Pair, pair_from_row
 
     rows = [
         {"prompt": "", "chosen": "a", "rejected": "b"},

@@ -8,13 +8,13 @@ import json
 import httpx
 import pytest
 
+from reflectrm.datasets import Pair
 from reflectrm.evaluation import cli, records
 from reflectrm.evaluation.benchmarks import JUDGEBENCH, REWARDBENCH, load_dataset
 from reflectrm.evaluation.common import pending
 from reflectrm.evaluation.pairwise import report
 from reflectrm.evaluation.pairwise.runner import EngineBackend, HttpBackend, plan, run_units
 from reflectrm.judging.judge import Judge
-from reflectrm.pairs import Pair
 from tests.conftest import SHARED_DATA
 from tests.e2e.conftest import E2E_MAX_TOKENS
 

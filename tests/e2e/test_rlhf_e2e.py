@@ -13,9 +13,9 @@ import pytest
 # No skip: `make test` installs the training extra, and CI must fail loudly if it is missing.
 import trl  # noqa: F401
 
+from reflectrm.checkpoints import default_cache_dir, resolve_model
 from reflectrm.integrations.trl import ReflectRMReward
 from reflectrm.judging.prompts import TEMPLATE_VERSION
-from reflectrm.models import default_cache_dir, resolve_model
 from tests.e2e.conftest import LiveService
 
 Q = "What is the capital of France?"

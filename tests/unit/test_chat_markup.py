@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
+from reflectrm.checkpoints import default_cache_dir, default_model_dir
 from reflectrm.engines.base import Generation, GenerationResult, Prompt, SamplingSpec
 from reflectrm.engines.chat import chat_template_kwargs
 from reflectrm.engines.config import RemoteConfig
@@ -31,7 +32,6 @@ from reflectrm.judging.prompts import (
     reflection_messages,
 )
 from reflectrm.judging.types import JudgmentSpec, Message
-from reflectrm.models import default_cache_dir, default_model_dir
 from tests.conftest import judgment, require
 
 SMOL = default_model_dir(default_cache_dir())

@@ -8,6 +8,7 @@ from collections import Counter
 
 import pytest
 
+from reflectrm.datasets import Pair
 from reflectrm.evaluation.benchmarks import (
     JUDGEBENCH,
     PPE,
@@ -36,7 +37,6 @@ from reflectrm.evaluation.scoring import (
     score,
 )
 from reflectrm.judging.types import Message
-from reflectrm.pairs import Pair
 from tests.conftest import SHARED_DATA, require_shared_data  # ../shared/data beside the repo
 
 EXPECTED_PAIRS = {REWARDBENCH: 2985, RMBENCH: 7182, RMB: 14543, JUDGEBENCH: 620}

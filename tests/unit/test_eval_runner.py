@@ -9,6 +9,7 @@ from collections import Counter
 import httpx
 import pytest
 
+from reflectrm.datasets import Pair
 from reflectrm.engines.base import GenerationResult, Prompt, SamplingSpec
 from reflectrm.evaluation import records
 from reflectrm.evaluation.benchmarks import JUDGEBENCH, RMB
@@ -31,7 +32,6 @@ from reflectrm.evaluation.pairwise.runner import (
 )
 from reflectrm.judging.judge import Judge, JudgeConfig
 from reflectrm.judging.types import Message
-from reflectrm.pairs import Pair
 from tests.conftest import ScriptedEngine, judgment
 
 

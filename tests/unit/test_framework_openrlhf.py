@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from reflectrm.serving.samples import MIN_OVERLAP, split_query
+from reflectrm.serving.limits import MIN_OVERLAP, split_query
 from tests.frameworks import load_openrlhf_agent
 
 CHAT = (

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from reflectrm.datasets import DatasetError
 from reflectrm.engines.base import GenerationResult, Prompt, SamplingSpec
 from reflectrm.evaluation import cli
 from reflectrm.evaluation.groups import command as group_cli
@@ -34,7 +35,6 @@ from reflectrm.evaluation.scoring import all_above, best_of_n, group_bootstrap, 
 from reflectrm.judging.groups import STRATEGIES
 from reflectrm.judging.judge import Judge
 from reflectrm.judging.types import Message
-from reflectrm.pairs import DatasetError
 from reflectrm.serving.service import JudgingService
 from reflectrm.settings import Settings
 from tests.conftest import SHARED_DATA, judgment, require_shared_data

@@ -12,6 +12,11 @@ import torch
 from safetensors.torch import load_file
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from reflectrm.checkpoints import (
+    DEFAULT_MODEL,
+    CheckpointError,
+    resolve_model,
+)
 from reflectrm.judge_artifact import (
     ADAPTER_CONFIG,
     ADAPTER_WEIGHTS,
@@ -22,11 +27,6 @@ from reflectrm.judge_artifact import (
     merge_adapter,
     prepare_judge,
     read_manifest,
-)
-from reflectrm.models import (
-    DEFAULT_MODEL,
-    CheckpointError,
-    resolve_model,
 )
 from reflectrm.settings import Settings
 
@@ -175,12 +175,12 @@ def test_a_missing_artifact_file_is_refused(base: Path, tmp_path: Path, gguf: Pa
 def test_the_default_setting_serves_the_packaged_judge_when_there_is_one(
     base: Path, tmp_path: Path, gguf: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import reflectrm.models as models
+    import reflectrm.checkpoints as checkpoints
 
     art = _artifact(base, tmp_path, gguf)
-    monkeypatch.setattr(models, "ARTIFACT_DIR", art)
-    monkeypatch.setattr(models, "find_gguf", lambda cache, say: gguf)
-    monkeypatch.setattr(models, "prepare_default_model", lambda cache, say: base)
+    monkeypatch.setattr(checkpoints, "ARTIFACT_DIR", art)
+    monkeypatch.setattr(checkpoints, "find_gguf", lambda cache, say: gguf)
+    monkeypatch.setattr(checkpoints, "prepare_default_model", lambda cache, say: base)
     assert Settings().model == DEFAULT_MODEL
     cache = tmp_path / "cache"
     served = Path(resolve_model(DEFAULT_MODEL, cache, "v1"))
@@ -199,8 +199,8 @@ def test_the_default_setting_serves_the_packaged_judge_when_there_is_one(
 def test_without_a_packaged_judge_the_default_is_the_base_model(
     base: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import reflectrm.models as models
+    import reflectrm.checkpoints as checkpoints
 
-    monkeypatch.setattr(models, "ARTIFACT_DIR", tmp_path / "no-judge")
-    monkeypatch.setattr(models, "prepare_default_model", lambda cache, say: base)
+    monkeypatch.setattr(checkpoints, "ARTIFACT_DIR", tmp_path / "no-judge")
+    monkeypatch.setattr(checkpoints, "prepare_default_model", lambda cache, say: base)
     assert Path(resolve_model(DEFAULT_MODEL, tmp_path / "cache", "v1")) == base

@@ -11,10 +11,10 @@ import pytest
 import torch
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
+from reflectrm.checkpoints import default_cache_dir, default_model_dir
+from reflectrm.datasets import Pair
 from reflectrm.engines.chat import ChatRenderer
 from reflectrm.judging.types import Message
-from reflectrm.models import default_cache_dir, default_model_dir
-from reflectrm.pairs import Pair
 from reflectrm.training.judge import (
     ADAPTER_DIR,
     LOG_FILE,

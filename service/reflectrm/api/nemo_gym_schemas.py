@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from reflectrm.api.schemas import DEBIAS_DESCRIPTION, MAX_TEXT_CHARS, MODE_DESCRIPTION
+from reflectrm.judging import defaults
 from reflectrm.judging.debias import Debias
 from reflectrm.judging.types import Message, Mode
 
@@ -71,7 +72,7 @@ class ReflectRMOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    mode: Mode = Field("reflect", description=MODE_DESCRIPTION)
+    mode: Mode = Field(defaults.MODE, description=MODE_DESCRIPTION)
     debias: Debias = Field(
         "swap",
         description=DEBIAS_DESCRIPTION + " Default swap: genrm_compare always shows a pair in "

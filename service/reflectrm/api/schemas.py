@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from reflectrm.judging import defaults
 from reflectrm.judging.debias import Debias
 from reflectrm.judging.groups import Strategy
 from reflectrm.judging.types import Ablation, Mode, Outcome, Role
@@ -97,10 +98,13 @@ class JudgeRequest(Conversation):
     responses: list[NonEmpty] = Field(
         ..., min_length=2, max_length=2, description="Exactly two candidate responses."
     )
-    mode: Mode = Field("reflect", description=MODE_DESCRIPTION)
-    debias: Debias = Field("none", description=DEBIAS_DESCRIPTION)
+    mode: Mode = Field(defaults.MODE, description=MODE_DESCRIPTION)
+    debias: Debias = Field(defaults.PAIR_DEBIAS, description=DEBIAS_DESCRIPTION)
     num_candidates: int | None = Field(
-        None, ge=1, le=32, description="Stage-1 samples (reflect and vote modes). Default 8."
+        None,
+        ge=1,
+        le=32,
+        description=f"Stage-1 samples (reflect and vote modes). Default {defaults.NUM_CANDIDATES}.",
     )
     seed: int | None = Field(
         None,
@@ -111,7 +115,8 @@ class JudgeRequest(Conversation):
     max_tokens: int | None = Field(
         None,
         ge=16,
-        description="Generation limit per output. Default from the server (1024). With the "
+        description="Generation limit per output. Default from the server "
+        f"({defaults.MAX_TOKENS}). With the "
         "output format enforced (the default), less than the format takes in the model's tokens "
         "(the tags and the longest verdict sentence: 23, 24 in reflect mode, with the default "
         "model) is refused with 422 naming the least.",
@@ -375,8 +380,8 @@ class RewardsRequest(Conversation):
         description="Strategy pivot: the index of the pivot completion. Default: the non-empty "
         "completion of median length.",
     )
-    mode: Mode = Field("reflect", description=MODE_DESCRIPTION)
-    debias: Debias = Field("swap", description=DEBIAS_DESCRIPTION)
+    mode: Mode = Field(defaults.MODE, description=MODE_DESCRIPTION)
+    debias: Debias = Field(defaults.GROUP_DEBIAS, description=DEBIAS_DESCRIPTION)
     num_candidates: int | None = Field(None, ge=1, le=32, description="Stage-1 samples.")
     seed: int | None = Field(
         None,
@@ -532,9 +537,11 @@ class SampleRewardRequest(Conversation):
         description="Names the group (within the caller's tenant). Default: the conversation "
         "itself, which the N rollouts of one prompt share.",
     )
-    strategy: GroupStrategy = Field("knockout", description=COHORT_STRATEGY_DESCRIPTION)
-    mode: Mode = Field("reflect", description=MODE_DESCRIPTION)
-    debias: Debias = Field("swap", description=DEBIAS_DESCRIPTION)
+    strategy: GroupStrategy = Field(
+        defaults.COHORT_STRATEGY, description=COHORT_STRATEGY_DESCRIPTION
+    )
+    mode: Mode = Field(defaults.MODE, description=MODE_DESCRIPTION)
+    debias: Debias = Field(defaults.GROUP_DEBIAS, description=DEBIAS_DESCRIPTION)
     num_candidates: int | None = Field(None, ge=1, le=32, description="Stage-1 samples.")
     max_tokens: int | None = Field(None, ge=16, description="Generation limit per output.")
     seed: int | None = Field(
@@ -641,8 +648,8 @@ class OpenRLHFOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    mode: Mode = Field("reflect", description=MODE_DESCRIPTION)
-    debias: Debias = Field("swap", description=DEBIAS_DESCRIPTION)
+    mode: Mode = Field(defaults.MODE, description=MODE_DESCRIPTION)
+    debias: Debias = Field(defaults.GROUP_DEBIAS, description=DEBIAS_DESCRIPTION)
     num_candidates: int | None = Field(None, ge=1, le=32)
     max_tokens: int | None = Field(None, ge=16)
     seed: int | None = Field(None, ge=0, lt=2**31)
@@ -654,7 +661,9 @@ class OpenRLHFOptions(BaseModel):
         "(OpenRLHF's n_samples_per_prompt), judged once the group is whole; labels are not "
         "needed. Without it each sample is judged against its label.",
     )
-    strategy: GroupStrategy = Field("knockout", description=COHORT_STRATEGY_DESCRIPTION)
+    strategy: GroupStrategy = Field(
+        defaults.COHORT_STRATEGY, description=COHORT_STRATEGY_DESCRIPTION
+    )
     cohort_timeout_s: float | None = Field(None, gt=0, description=COHORT_TIMEOUT_DESCRIPTION)
     tenant: str | None = Field(
         None,

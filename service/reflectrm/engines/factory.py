@@ -7,9 +7,9 @@ import contextlib
 import dataclasses
 from collections.abc import AsyncIterator
 
+from reflectrm.checkpoints import resolve_model
 from reflectrm.engines.base import Engine
 from reflectrm.engines.config import EngineConfig
-from reflectrm.models import resolve_model
 
 
 def resolve(config: EngineConfig) -> EngineConfig:

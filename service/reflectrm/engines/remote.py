@@ -44,6 +44,7 @@ from typing import Any
 
 import httpx
 
+from reflectrm.checkpoints import DEFAULT_MODEL
 from reflectrm.engines.base import (
     ChatMessage,
     EngineError,
@@ -57,7 +58,6 @@ from reflectrm.engines.base import (
 from reflectrm.engines.chat import ChatRenderer
 from reflectrm.engines.config import EngineConfig, RemoteConfig
 from reflectrm.engines.request_ids import judgment_id_of
-from reflectrm.models import DEFAULT_MODEL
 from reflectrm.retry import AttemptResult, RetryPolicy, retry_call, retry_call_async
 
 log = logging.getLogger(__name__)
@@ -438,7 +438,7 @@ async def _wait_for_fleet(
 def _local_tokenizer(config: EngineConfig) -> Any:
     from transformers import AutoTokenizer
 
-    from reflectrm.models import resolve_model
+    from reflectrm.checkpoints import resolve_model
 
     assert config.remote.tokenizer is not None
     path = resolve_model(config.remote.tokenizer, config.cache_dir, config.template_version)

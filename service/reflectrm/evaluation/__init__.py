@@ -2,7 +2,7 @@
 group rewards per design.
 
 A shared core and two workloads that never import each other. The core: ``names`` lists the
-benchmarks, ``benchmarks`` loads their pairs (local files through ``reflectrm.pairs``, or Hugging
+benchmarks, ``benchmarks`` loads their pairs (local files through ``reflectrm.datasets``, or Hugging
 Face copies converted by ``hub``), ``records`` is the append-only JSONL results file,
 ``scoring`` holds every metric (each benchmark's official one, the group metrics) and every
 bootstrap, ``reporting`` the number formatting, chart scaffolding and file writing of both

@@ -15,6 +15,7 @@ from reflectrm.evaluation.pairwise import command as pairwise
 from reflectrm.evaluation.pairwise.command import DEFAULT_OUT_DIR, PRESETS, RESULTS_NAME
 from reflectrm.evaluation.pairwise.runner import EVAL_MODES
 from reflectrm.interrupts import run_command
+from reflectrm.judging import defaults
 
 
 def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -91,13 +92,15 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "--num-candidates",
         metavar="N",
         type=int,
-        help="N, the stage-1 samples of vote and ReflectRM (default REFLECTRM_NUM_CANDIDATES or 8)",
+        help="N, the stage-1 samples of vote and ReflectRM (default REFLECTRM_NUM_CANDIDATES or "
+        f"{defaults.NUM_CANDIDATES})",
     )
     judging.add_argument(
         "--max-tokens",
         metavar="N",
         type=int,
-        help="generation limit per output (default REFLECTRM_MAX_TOKENS or 1024, the paper's)",
+        help="generation limit per output (default REFLECTRM_MAX_TOKENS or "
+        f"{defaults.MAX_TOKENS}, the paper's)",
     )
     judging.add_argument(
         "--seed",

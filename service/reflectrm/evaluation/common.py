@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from reflectrm.datasets import DatasetError
 from reflectrm.engines import EngineConfig, open_engine, resolve
 from reflectrm.engines.base import Engine, GenerationResult, MeteredEngine
 from reflectrm.evaluation.records import ResultsMismatchError
 from reflectrm.judging.judge import Judge
-from reflectrm.pairs import DatasetError
 
 if TYPE_CHECKING:  # imported where used: judging in-process needs no HTTP client
     import httpx

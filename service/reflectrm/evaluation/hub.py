@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from reflectrm.datasets import DatasetError
 from reflectrm.evaluation.names import (
     JUDGEBENCH,
     PPE,
@@ -20,7 +21,6 @@ from reflectrm.evaluation.names import (
     canonical_name,
 )
 from reflectrm.evaluation.scoring import rewardbench_section
-from reflectrm.pairs import DatasetError
 
 Row = Mapping[str, Any]
 Converter = Callable[[Row, str], Iterable[dict[str, Any]]]  # (upstream row, split) -> rows

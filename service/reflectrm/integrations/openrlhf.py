@@ -9,7 +9,7 @@ URL instead of a file, OpenRLHF calls that endpoint directly.
 
 OpenRLHF's query is ``tokenizer.decode(prompt_ids + response_ids)`` with the prompt's tokens cut
 from the left when it is too long, so it need not start with the prompt text; the service tells
-the response apart all the same (``reflectrm.serving.samples.split_query``). Its HTTP client
+the response apart all the same (``reflectrm.serving.limits.split_query``). Its HTTP client
 gives each try 180 s in all and tries five times, 1 s apart; a retry joins the judgment its
 first try started (the service keeps it ``REFLECTRM_RETRY_GRACE_S``, 5 s, after a disconnect),
 so the five tries together wait about 900 s for one judgment (see docs/rlhf.md).

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, get_args
 
+from reflectrm.judging import defaults
+
 if TYPE_CHECKING:
     from reflectrm.engines.base import GenerationResult
 
@@ -26,10 +28,10 @@ class Message:
 class JudgmentSpec:
     conversation: tuple[Message, ...]
     responses: tuple[str, str]
-    mode: Mode = "reflect"
-    num_candidates: int = 8
+    mode: Mode = defaults.MODE
+    num_candidates: int = defaults.NUM_CANDIDATES
     seed: int = 0
-    max_tokens: int = 1024
+    max_tokens: int = defaults.MAX_TOKENS
     ablation: Ablation = "none"
 
 

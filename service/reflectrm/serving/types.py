@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from reflectrm.judging import defaults
 from reflectrm.judging.answers import PairAnswer
 from reflectrm.judging.debias import Debias, Debiased
 from reflectrm.judging.groups import Comparison, CompletionReward, Strategy
@@ -29,8 +30,8 @@ class Envelope:
 class PairAsk:
     conversation: tuple[Message, ...]
     responses: tuple[str, str]
-    mode: Mode = "reflect"
-    debias: Debias = "none"
+    mode: Mode = defaults.MODE
+    debias: Debias = defaults.PAIR_DEBIAS
     # Also judge the swapped order and report agreement; the answer stays the first order's.
     check_swap: bool = False
     num_candidates: int | None = None
@@ -112,8 +113,8 @@ class GroupAsk:
     strategy: Strategy
     reference: str | None = None
     pivot: int | None = None
-    mode: Mode = "reflect"
-    debias: Debias = "swap"
+    mode: Mode = defaults.MODE
+    debias: Debias = defaults.GROUP_DEBIAS
     num_candidates: int | None = None
     max_tokens: int | None = None
     seed: int | None = None
@@ -186,9 +187,9 @@ class MemberAsk:
     # The cohort's name within the tenant; None: the conversation's text (which the N rollouts
     # of one prompt share).
     group_id: str | None = None
-    strategy: Strategy = "knockout"
-    mode: Mode = "reflect"
-    debias: Debias = "swap"
+    strategy: Strategy = defaults.COHORT_STRATEGY
+    mode: Mode = defaults.MODE
+    debias: Debias = defaults.GROUP_DEBIAS
     num_candidates: int | None = None
     max_tokens: int | None = None
     seed: int | None = None
@@ -226,13 +227,13 @@ class SampleAsk:
 
 @dataclass(frozen=True)
 class SampleOptions:
-    mode: Mode = "reflect"
-    debias: Debias = "swap"
+    mode: Mode = defaults.MODE
+    debias: Debias = defaults.GROUP_DEBIAS
     num_candidates: int | None = None
     max_tokens: int | None = None
     seed: int | None = None
     # Cohorts: each sample is a member of its prompt's group of this size (None: each sample
     # judged against its label instead).
     group_size: int | None = None
-    strategy: Strategy = "knockout"
+    strategy: Strategy = defaults.COHORT_STRATEGY
     cohort_timeout_s: float | None = None

@@ -17,9 +17,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from reflectrm.checkpoints import ARTIFACT_DIR, CheckpointError
 from reflectrm.engines import open_engine
 from reflectrm.interrupts import run_command
-from reflectrm.models import ARTIFACT_DIR, CheckpointError
 from reflectrm.settings import get_settings
 from reflectrm.training.config import load_settings, parse_overrides, typed
 from reflectrm.training.data import BuildConfig, build, rebuild
@@ -342,7 +342,7 @@ async def _check_with_engine(settings: Any, pairs: Any, config: Any) -> dict[str
 
 @_friendly
 def run_judge(args: argparse.Namespace) -> int:
-    from reflectrm.models import base_model_dir
+    from reflectrm.checkpoints import base_model_dir
     from reflectrm.training.judge import JudgeTrainConfig, train_judge
     from reflectrm.training.split import (
         make_split,
@@ -401,7 +401,7 @@ def run_heldout(args: argparse.Namespace) -> int:
 
 @_friendly
 def run_vs_length(args: argparse.Namespace) -> int:
-    from reflectrm.pairs import read_pairs
+    from reflectrm.datasets import read_pairs
     from reflectrm.training.heldout import compare_with_length, markdown
 
     result = compare_with_length(list(read_pairs(args.pairs)), args.results, args.mode)

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from reflectrm.datasets import Pair, Presented, pair_to_row
 from reflectrm.engines.base import Engine
 from reflectrm.judging.judge import Judge, JudgeConfig, PromptTooLongError
 from reflectrm.judging.prompts import (
@@ -30,7 +31,6 @@ from reflectrm.judging.prompts import (
     reflection_messages,
 )
 from reflectrm.judging.types import Candidate, JudgmentSpec, Message
-from reflectrm.pairs import Pair, Presented, pair_to_row
 
 log = logging.getLogger(__name__)
 

@@ -8,9 +8,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from reflectrm.checkpoints import default_cache_dir, file_sha256, resolve_model
 from reflectrm.engines.chat import chat_template_kwargs
 from reflectrm.judging.prompts import get_template
-from reflectrm.models import default_cache_dir, file_sha256, resolve_model
 from reflectrm.training.config import GRPOSettings
 from reflectrm.training.data import STATS_FILE, read_items, refit
 from reflectrm.training.rewards import format_reward, verdict_reward

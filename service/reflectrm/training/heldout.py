@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from reflectrm.pairs import Pair, pair_to_row
+from reflectrm.datasets import Pair, pair_to_row
 from reflectrm.training.split import SourcePairs, held_out_pairs
 
 

@@ -39,6 +39,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from reflectrm.datasets import Pair
 from reflectrm.hardware import cpu_has_bf16_matmul, cpu_name
 from reflectrm.judging.prompts import (
     CRITIQUE_VERDICTS,
@@ -48,7 +49,6 @@ from reflectrm.judging.prompts import (
     preference_chat,
     reflection_chat,
 )
-from reflectrm.pairs import Pair
 
 log = logging.getLogger(__name__)
 

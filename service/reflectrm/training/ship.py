@@ -15,13 +15,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from reflectrm.checkpoints import DEFAULT_MODEL_NAME, GGUF_NAME, WHEEL, default_cache_dir, find_gguf
 from reflectrm.judge_artifact import (
     ADAPTER_CONFIG,
     ADAPTER_WEIGHTS,
     ARTIFACT_MANIFEST,
     file_sha256,
 )
-from reflectrm.models import DEFAULT_MODEL_NAME, GGUF_NAME, WHEEL, default_cache_dir, find_gguf
 from reflectrm.training.judge import ADAPTER_DIR, CONFIG_FILE
 from reflectrm.training.split import held_out_keys, read_sources, read_split
 

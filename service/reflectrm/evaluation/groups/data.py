@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from reflectrm.datasets import DatasetError, pair_from_row, read_rows
 from reflectrm.evaluation.benchmarks import default_data_dir, find_local
 from reflectrm.evaluation.names import RMB, RMBENCH, canonical_name, is_benchmark_name
 from reflectrm.judging.types import Message
-from reflectrm.pairs import DatasetError, pair_from_row, read_rows
 
 CHOSEN, REJECTED = "chosen", "rejected"
 

@@ -49,6 +49,7 @@ from reflectrm.evaluation.scoring import (
     metric_of,
     score,
 )
+from reflectrm.judging import defaults
 from reflectrm.judging.debias import average_scores, winner_of
 
 ACCURACY = "accuracy"
@@ -413,7 +414,7 @@ def build(
     by_mode = pair_results(records)
     starts = [r for r in loaded.runs if r.get("type") == "run"]
     settings = fingerprint(starts[0]) if starts else {}
-    n = settings.get("num_candidates") or 8
+    n = settings.get("num_candidates") or defaults.NUM_CANDIDATES
     datasets = _benchmarks_in(by_mode) + _generic_in(by_mode)
     report: dict[str, Any] = {
         "results_file": str(results_path),

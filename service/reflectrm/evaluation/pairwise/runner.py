@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from reflectrm.aio import gather_all
+from reflectrm.datasets import Pair
 from reflectrm.evaluation.common import (
     Progress,
     RunSummary,
@@ -33,7 +34,6 @@ from reflectrm.evaluation.common import (
 from reflectrm.evaluation.records import JudgmentResult, Key, Record, Writer
 from reflectrm.judging.judge import Judge, PreparedJudgment, PromptTooLongError, Samples
 from reflectrm.judging.types import Ablation, Judgment, JudgmentSpec, Mode
-from reflectrm.pairs import Pair
 
 if TYPE_CHECKING:  # imported where used: judging in-process needs no HTTP client
     import httpx

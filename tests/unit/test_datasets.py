@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from reflectrm.judging.types import Message
-from reflectrm.pairs import (
+from reflectrm.datasets import (
     DatasetError,
     Pair,
     Presented,
@@ -19,6 +18,7 @@ from reflectrm.pairs import (
     read_pairs,
     read_rows,
 )
+from reflectrm.judging.types import Message
 
 PROMPT_ROW = {"id": "p1", "source": "demo", "prompt": "q", "chosen": "good", "rejected": "bad"}
 MESSAGES_ROW = {

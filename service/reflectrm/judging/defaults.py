@@ -1,0 +1,22 @@
+"""Each per-request default, declared once: what a call that leaves a field unset is judged with.
+
+The settings (REFLECTRM_NUM_CANDIDATES, REFLECTRM_MAX_TOKENS), the service's asks and specs and
+the HTTP schemas take their defaults from here. Imports nothing, so any layer above the engines
+may import it.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# The judging mode of a pair, a group or a sample.
+MODE: Final = "reflect"
+# Stage-1 samples of the reflect and vote modes (the paper's N).
+NUM_CANDIDATES: Final = 8
+# The generation limit per output (the paper's).
+MAX_TOKENS: Final = 1024
+# A pair is judged in the order given unless asked; groups and samples are judged in both orders.
+PAIR_DEBIAS: Final = "none"
+GROUP_DEBIAS: Final = "swap"
+# How a cohort (samples sharing a prompt) is compared.
+COHORT_STRATEGY: Final = "knockout"
