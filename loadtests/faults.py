@@ -25,7 +25,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -37,6 +36,10 @@ from typing import Any
 import httpx
 import psutil
 
+if __package__ in (None, ""):  # run as a script: make the repo importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from loadtests.harness.ports import free_port
 from reflectrm.portable import portable
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,12 +59,6 @@ ENV = {
     "REFLECTRM_SWAP_CHECK_FRACTION": "0",
     "REFLECTRM_REQUEST_TIMEOUT_S": "600",
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def alive(p: psutil.Process) -> bool:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ from typing import IO, Any
 
 import httpx
 
+from loadtests.harness.ports import free_port
 from reflectrm.engines.config import EngineConfig
 from reflectrm.engines.factory import resolve
 from reflectrm.engines.vllm_engine import vllm_serve_args
@@ -42,12 +42,6 @@ COUNTERS = (
     "vllm:generation_tokens_total",
     "vllm:num_requests_running",
 )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
 
 
 def _group_alive(pgid: int) -> bool:

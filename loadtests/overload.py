@@ -20,7 +20,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -30,6 +29,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+if __package__ in (None, ""):  # run as a script: make the repo importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from loadtests.harness.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 PAIR = {
@@ -109,12 +113,6 @@ async def burst(url: str, n: int, retries: int, body: dict, timeout: float) -> d
             "waited_0s": int(waits.get('reflectrm_queue_wait_seconds_bucket{le="0.0"}', 0.0)),
         },
     }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def start_service(settings: list[str], log: Path) -> tuple[subprocess.Popen[bytes], str]:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -31,6 +30,7 @@ from typing import Any
 import httpx
 import pytest
 
+from loadtests.harness.ports import free_port
 from reflectrm.settings import Settings
 from tests.conftest import require_shared_data
 from tests.docker.conftest import ENGINE_ENV, ROOT, Containers, Docker, tail, unavailable
@@ -46,12 +46,6 @@ PAIR = {
 # can take several.
 READY_TIMEOUT_S = 900
 STACK_FILES = ["compose.yaml", "deploy/compose.cpu.yaml", "tests/docker/compose.local.yaml"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_for(check: Callable[[], Any], timeout_s: float, what: str) -> Any:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import socket
 import threading
 from collections.abc import Coroutine, Iterator, Sequence
 from typing import Any, TypeVar
@@ -22,6 +21,7 @@ import httpx
 import pytest
 import uvicorn
 
+from loadtests.harness.ports import free_port
 from reflectrm.app import create_app
 from reflectrm.engines import open_engine
 from reflectrm.engines.base import Engine, GenerationResult, Prompt, SamplingSpec
@@ -50,12 +50,6 @@ def e2e_settings(**overrides: Any) -> Settings:
     }
     base.update(overrides)
     return Settings(**base)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class LiveService:

@@ -20,10 +20,11 @@ import pytest
 import uvicorn
 import yaml
 
+from loadtests.harness.ports import free_port
 from reflectrm.app import create_app
 from tests.api.test_metrics import DASHBOARDS, exposed, named_metrics, parse, value
 from tests.conftest import unavailable
-from tests.e2e.conftest import LiveService, e2e_settings, free_port
+from tests.e2e.conftest import LiveService, e2e_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 PAIR = {

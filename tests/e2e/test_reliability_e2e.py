@@ -19,8 +19,9 @@ import httpx
 import psutil
 from schemathesis import GenerationMode
 
+from loadtests.harness.ports import free_port
 from tests import fuzzing
-from tests.e2e.conftest import LiveService, free_port
+from tests.e2e.conftest import LiveService
 
 ROOT = Path(__file__).resolve().parents[2]
 PAIR = {

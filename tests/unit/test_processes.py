@@ -18,7 +18,7 @@ import httpx
 import psutil
 import pytest
 
-from tests.api.served import free_port
+from loadtests.harness.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": f"{ROOT / 'service'}{os.pathsep}{ROOT}"}
