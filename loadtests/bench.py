@@ -63,8 +63,9 @@ from loadtests.contenders import (
     open_async_llm,
     vllm_serve_command,
 )
-from loadtests.run import RunError, free_port, launch_service, stop_process, wait_ready
-from loadtests.run import Service as Proc
+from loadtests.harness.ports import free_port
+from loadtests.harness.process import RunError, launch_service, stop_process, wait_ready
+from loadtests.harness.process import Service as Proc
 from loadtests.scenarios import REPO, Pairs, load_pairs, request_body
 from reflectrm.portable import portable
 
@@ -244,7 +245,7 @@ class Engines:
     """What the run started; everything here is stopped at the end."""
 
     contenders: dict[str, Contender] = field(default_factory=dict)
-    processes: list[Any] = field(default_factory=list)  # run.Service records
+    processes: list[Any] = field(default_factory=list)  # harness Service records
     clients: list[httpx.AsyncClient] = field(default_factory=list)
     llm: Any = None
     settings: dict[str, Any] = field(default_factory=dict)

@@ -47,7 +47,7 @@ import httpx
 if __package__ in (None, ""):  # run as a script: make the repo importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from loadtests.run import RunError, Service, launch_service, stop_process, wait_ready
+from loadtests.harness.process import RunError, Service, launch_service, stop_process, wait_ready
 
 ROOT = Path(__file__).resolve().parents[1]
 PAIR = {

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from loadtests import run, scenarios
+from loadtests.harness.process import stop_process
 from loadtests.summary import (
     classify,
     format_summary,
@@ -255,7 +256,7 @@ def test_stop_process_leaves_nothing_of_the_childs_group(tmp_path):
         subprocess.run(["sleep", "0.05"], check=True)
     grandchild = int(pid_file.read_text())
 
-    run.stop_process(proc, grace_s=(0.2, 0.2))
+    stop_process(proc, grace_s=(0.2, 0.2))
 
     assert proc.returncode == -signal.SIGKILL
     with pytest.raises(ProcessLookupError):
