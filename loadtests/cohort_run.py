@@ -36,7 +36,8 @@ import httpx
 if __package__ in (None, ""):  # run as a script: make the repo importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from loadtests.fairness import by_label, latency_summary, parse_metrics
+from loadtests.fairness import by_label, latency_summary
+from loadtests.harness.metrics import parse_metrics
 from loadtests.harness.process import RunError, Service, launch_service, stop_process, wait_ready
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -152,7 +153,7 @@ async def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
             plan.append((k, chat_prompt(question), text, rng.uniform(0, args.spread)))
     limits = httpx.Limits(max_connections=len(plan) + 4)
     async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as http:
-        before = parse_metrics((await http.get("/metrics")).text)
+        before = parse_metrics((await http.get("/metrics")).text, "reflectrm_")
 
         async def one(k: int, prompt: str, text: str, delay: float) -> dict[str, Any]:
             await asyncio.sleep(delay)
@@ -185,7 +186,7 @@ async def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
         wall = time.monotonic()
         calls = list(await asyncio.gather(*(one(*p) for p in plan)))
         wall_s = time.monotonic() - wall
-        after = parse_metrics((await http.get("/metrics")).text)
+        after = parse_metrics((await http.get("/metrics")).text, "reflectrm_")
     diff = change(counters(after), counters(before))
     whole = [c for c in calls if c["status"] == 200 and not c["cut"]]
     cut = [c for c in calls if c["status"] == 200 and c["cut"]]

@@ -47,6 +47,7 @@ import httpx
 if __package__ in (None, ""):  # run as a script: make the repo importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from loadtests.harness.metrics import parse_metrics
 from loadtests.harness.process import RunError, Service, launch_service, stop_process, wait_ready
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -78,28 +79,10 @@ COUNTERS = (
     "reflectrm_queue_wait_seconds_count",
 )
 
-_SERIES = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 
 # --- pure helpers (unit-tested) -------------------------------------------------------------
-
-
-def parse_metrics(text: str, prefix: str = "reflectrm_") -> dict[str, float]:
-    """Prometheus text exposition to {series: value}, the series written as on the line
-    (``name{label="v"}``), for the names starting with ``prefix``."""
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line.startswith(prefix):
-            continue
-        m = _SERIES.match(line)
-        if m is None:
-            continue
-        try:
-            out[m.group(1) + (m.group(2) or "")] = float(m.group(3))
-        except ValueError:
-            continue
-    return out
 
 
 def by_label(metrics: Mapping[str, float], name: str, label: str) -> dict[str, float]:
@@ -334,7 +317,7 @@ class Runner:
     async def metrics(self) -> dict[str, float]:
         r = await self.client.get("/metrics")
         r.raise_for_status()
-        return parse_metrics(r.text)
+        return parse_metrics(r.text, "reflectrm_")
 
     async def sequence(self, tenant: str, seeds: Iterable[int], tag: str) -> list[dict[str, Any]]:
         return [await self.call(tenant, seed, tag) for seed in seeds]

@@ -39,6 +39,7 @@ import psutil
 if __package__ in (None, ""):  # run as a script: make the repo importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from loadtests.harness.metrics import parse_metrics
 from loadtests.harness.ports import free_port
 from reflectrm.portable import portable
 
@@ -190,12 +191,7 @@ class Served(Process):
     def metrics(self) -> dict[str, float]:
         """Every sample of /metrics, summed over labels by name."""
         text = httpx.get(f"{self.url}/metrics", timeout=10).text
-        out: dict[str, float] = {}
-        for line in text.splitlines():
-            if line and not line.startswith("#"):
-                name = line.split("{", 1)[0].split(" ", 1)[0]
-                out[name] = out.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
-        return out
+        return parse_metrics(text, by="name")
 
     def post(self, body: dict[str, Any]) -> dict[str, Any]:
         """One judgment: its status, detail, Retry-After and when it was answered."""

@@ -25,6 +25,7 @@ from typing import IO, Any
 
 import httpx
 
+from loadtests.harness.metrics import parse_metrics
 from loadtests.harness.ports import free_port
 from reflectrm.engines.config import EngineConfig
 from reflectrm.engines.factory import resolve
@@ -74,19 +75,6 @@ def stop_group(process: subprocess.Popen[Any], grace_s: float = 30.0) -> None:
         process.wait(10)
 
 
-def parse_metrics(text: str, names: Sequence[str] = COUNTERS) -> dict[str, float]:
-    """The sum over labels of each named metric in a Prometheus text exposition."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    wanted = set(names)
-    totals = dict.fromkeys(names, 0.0)
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name in wanted:
-                totals[sample.name] += sample.value
-    return totals
-
-
 @dataclass
 class Replica:
     name: str
@@ -104,7 +92,7 @@ class Replica:
     def metrics(self) -> dict[str, float]:
         response = httpx.get(f"{self.url}/metrics", timeout=10)
         response.raise_for_status()
-        return parse_metrics(response.text)
+        return parse_metrics(response.text, by="name", names=COUNTERS)
 
     def crash(self) -> None:
         """Kill the replica and its engine processes at once (SIGKILL to its process group)."""

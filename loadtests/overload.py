@@ -33,6 +33,7 @@ import httpx
 if __package__ in (None, ""):  # run as a script: make the repo importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from loadtests.harness.metrics import parse_metrics
 from loadtests.harness.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,25 +69,16 @@ async def one(client: httpx.AsyncClient, body: dict, retries: int) -> dict[str, 
     }
 
 
-def metric_lines(text: str, prefix: str) -> dict[str, float]:
-    out = {}
-    for line in text.splitlines():
-        if line.startswith(prefix):
-            name, _, value = line.rpartition(" ")
-            out[name] = float(value)
-    return out
-
-
 async def burst(url: str, n: int, retries: int, body: dict, timeout: float) -> dict[str, Any]:
     limits = httpx.Limits(max_connections=n + 4)
     async with httpx.AsyncClient(base_url=url, timeout=timeout, limits=limits) as client:
-        before = metric_lines((await client.get("/metrics")).text, "reflectrm_queue_wait_seconds")
+        before = parse_metrics((await client.get("/metrics")).text, "reflectrm_queue_wait_seconds")
         started = time.monotonic()
         results = await asyncio.gather(
             *[one(client, {**body, "seed": i}, retries) for i in range(n)]
         )
         seconds = time.monotonic() - started
-        after = metric_lines((await client.get("/metrics")).text, "reflectrm_queue_wait_seconds")
+        after = parse_metrics((await client.get("/metrics")).text, "reflectrm_queue_wait_seconds")
     answered = [r for r in results if "status" in r]
     latencies = sorted(r["seconds"] for r in answered if r["status"] == 200)
     waits = {k: after[k] - before.get(k, 0.0) for k in after}

@@ -10,13 +10,13 @@ and swap, A 0.6875, B 0.3125, C 0.5 (tests/api/test_rlhf_endpoints.py works them
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Sequence
 from typing import Any
 
 import httpx
 import pytest
 
+from loadtests.harness.metrics import parse_metrics
 from tests.api.conftest import PreferenceEngine, served
 
 A, B, C, D = "alpha answer", "b", "gamma", "delta"
@@ -55,17 +55,15 @@ async def post_all(
 
 
 def metric(url: str, name: str) -> float:
-    text = httpx.get(f"{url}/metrics").text
-    match = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
-    assert match, f"{name} not exposed"
-    return float(match.group(1))
+    series = parse_metrics(httpx.get(f"{url}/metrics").text)
+    assert name in series, f"{name} not exposed"
+    return series[name]
 
 
 def admitted_judgments(metrics_text: str, tenant: str) -> float:
     """The tenant's admitted judgments (0 when the tenant never had one, so no sample)."""
     name = f'reflectrm_tenant_judgments_admitted_total{{tenant="{tenant}"}}'
-    match = re.search(rf"^{re.escape(name)} (\S+)$", metrics_text, re.M)
-    return float(match.group(1)) if match else 0.0
+    return parse_metrics(metrics_text).get(name, 0.0)
 
 
 def test_every_member_gets_its_group_reward_from_one_judging():

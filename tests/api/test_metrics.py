@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from prometheus_client.parser import text_string_to_metric_families
 
+from loadtests.harness.metrics import parse_metrics
 from reflectrm.app import create_app
 from reflectrm.metrics import Metrics
 from reflectrm.settings import Settings
@@ -36,11 +36,7 @@ def scrape(client: TestClient) -> Samples:
 
 
 def parse(text: str) -> Samples:
-    return {
-        (s.name, frozenset(s.labels.items())): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
+    return parse_metrics(text, by="labels")
 
 
 def value(samples: Samples, name: str, **labels: str) -> float:

@@ -16,12 +16,12 @@ import asyncio
 import base64
 import json
 import logging
-import re
 from typing import Any
 
 import httpx
 import pytest
 
+from loadtests.harness.metrics import parse_metrics
 from reflectrm.api.auth import tenant_of_key
 from tests.api.conftest import PreferenceEngine, served
 
@@ -63,8 +63,12 @@ async def openrlhf_samples(jobs: list[tuple[Any, str]]) -> list[dict[str, Any]]:
 
 def admitted(url: str) -> dict[str, float]:
     text = httpx.get(f"{url}/metrics").text
-    pattern = r'^reflectrm_tenant_judgments_admitted_total\{tenant="([^"]+)"\} (\S+)$'
-    return {m.group(1): float(m.group(2)) for m in re.finditer(pattern, text, re.M)}
+    name = "reflectrm_tenant_judgments_admitted_total"
+    return {
+        dict(labels)["tenant"]: value
+        for (n, labels), value in parse_metrics(text, name, by="labels").items()
+        if n == name
+    }
 
 
 def test_openrlhf_reaches_get_reward_with_the_key_in_its_url_as_its_jobs_tenant(caplog):

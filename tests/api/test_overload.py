@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from loadtests.harness.metrics import parse_metrics
 from reflectrm.app import create_app
 from reflectrm.engines.base import GenerationResult, Prompt, SamplingSpec
 from reflectrm.settings import Settings
@@ -37,9 +38,9 @@ class GatedEngine(ScriptedEngine):
 
 
 def metric(text: str, name: str) -> float:
-    for line in text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
+    series = parse_metrics(text)
+    if name in series:
+        return series[name]
     raise AssertionError(f"{name} not on /metrics")
 
 

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from contextlib import ExitStack
 from typing import Any
 
 import httpx
 import pytest
 
+from loadtests.harness.metrics import parse_metrics
 from tests.api.conftest import PreferenceEngine, served
 
 PROMPT = "<|im_start|>user\nWhat is asked?<|im_end|>\n<|im_start|>assistant\n"
@@ -27,10 +27,9 @@ def engine() -> PreferenceEngine:
 
 
 def metric(url: str, name: str) -> float:
-    text = httpx.get(f"{url}/metrics").text
-    match = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
-    assert match, f"{name} not exposed"
-    return float(match.group(1))
+    series = parse_metrics(httpx.get(f"{url}/metrics").text)
+    assert name in series, f"{name} not exposed"
+    return series[name]
 
 
 def openrlhf(urls: list[str]) -> Any:

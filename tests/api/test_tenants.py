@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from loadtests.harness.metrics import parse_metrics
 from reflectrm.api.auth import tenant_of_key
 from reflectrm.app import create_app
 from reflectrm.engines.base import GenerationResult, Prompt, SamplingSpec
@@ -41,9 +42,9 @@ class OrderedEngine(ScriptedEngine):
 
 
 def metric(text: str, name: str, default: float | None = None) -> float:
-    for line in text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
+    series = parse_metrics(text)
+    if name in series:
+        return series[name]
     if default is not None:
         return default
     raise AssertionError(f"{name} not on /metrics")

@@ -11,8 +11,8 @@ import time
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
+from loadtests.harness.metrics import parse_metrics
 from tests.e2e.conftest import E2E_MAX_TOKENS
 
 PAIR = {
@@ -152,15 +152,11 @@ def engine_counters(url: str) -> dict[str, float]:
         "reflectrm_swap_checks_running",
     )
     out = dict.fromkeys((*wanted, "disconnected"), 0.0)
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name in wanted:
-                out[sample.name] += sample.value
-            elif (
-                sample.name == "reflectrm_judgments_total"
-                and sample.labels["outcome"] == "disconnected"
-            ):
-                out["disconnected"] += sample.value
+    for (name, labels), value in parse_metrics(text, by="labels").items():
+        if name in wanted:
+            out[name] += value
+        elif name == "reflectrm_judgments_total" and dict(labels)["outcome"] == "disconnected":
+            out["disconnected"] += value
     return out
 
 

@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
+
+from loadtests.harness.metrics import parse_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 SENT = 4
@@ -19,19 +20,18 @@ def counters(url: str) -> dict[str, float]:
     """The service's judgment requests by outcome and the engine's work so far, from /metrics."""
     text = httpx.get(f"{url}/metrics", timeout=30).text
     out: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == "reflectrm_judgments_total":
-                key = f"judgments:{sample.labels['outcome']}"
-            elif sample.name in (
-                "reflectrm_engine_requests_total",
-                "vllm:prompt_tokens_total",
-                "vllm:generation_tokens_total",
-            ):
-                key = sample.name
-            else:
-                continue
-            out[key] = out.get(key, 0.0) + sample.value
+    for (name, labels), value in parse_metrics(text, by="labels").items():
+        if name == "reflectrm_judgments_total":
+            key = f"judgments:{dict(labels)['outcome']}"
+        elif name in (
+            "reflectrm_engine_requests_total",
+            "vllm:prompt_tokens_total",
+            "vllm:generation_tokens_total",
+        ):
+            key = name
+        else:
+            continue
+        out[key] = out.get(key, 0.0) + value
     return out
 
 

@@ -19,6 +19,7 @@ import httpx
 import psutil
 from schemathesis import GenerationMode
 
+from loadtests.harness.metrics import parse_metrics
 from loadtests.harness.ports import free_port
 from tests import fuzzing
 from tests.e2e.conftest import LiveService
@@ -156,10 +157,7 @@ class Served:
 
     def in_flight(self) -> float:
         text = httpx.get(f"{self.url}/metrics", timeout=10).text
-        line = next(
-            ln for ln in text.splitlines() if ln.startswith("reflectrm_judgments_in_flight ")
-        )
-        return float(line.split()[1])
+        return parse_metrics(text)["reflectrm_judgments_in_flight"]
 
     def note_family(self) -> list[psutil.Process]:
         """Every process of the service now: itself, the engine's, the reaper."""

@@ -13,6 +13,7 @@ import pytest
 # No skip: `make test` installs the training extra, and CI must fail loudly if it is missing.
 import trl  # noqa: F401
 
+from loadtests.harness.metrics import parse_metrics
 from reflectrm.checkpoints import default_cache_dir, resolve_model
 from reflectrm.integrations.trl import ReflectRMReward
 from reflectrm.judging.prompts import TEMPLATE_VERSION
@@ -190,8 +191,4 @@ def test_trl_grpo_trainer_with_the_service_as_its_reward(live: LiveService, tmp_
 def judgments_total(url: str) -> float:
     """Pair judgments answered so far (every mode and outcome), from /metrics."""
     text = httpx.get(f"{url}/metrics", timeout=60).text
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith("reflectrm_judgments_total{"):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
+    return parse_metrics(text, by="name").get("reflectrm_judgments_total", 0.0)

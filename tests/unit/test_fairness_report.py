@@ -11,11 +11,11 @@ from loadtests.fairness import (
     headline,
     latency_summary,
     markdown,
-    parse_metrics,
     queued_seconds,
     reused,
     statuses,
 )
+from loadtests.harness.metrics import parse_metrics
 
 SCRAPE = """\
 # HELP reflectrm_engine_requests_total Completed engine requests.
@@ -32,7 +32,7 @@ vllm:num_requests_running{engine="0"} 4.0
 
 
 def test_parse_metrics_keeps_the_judges_series_as_written():
-    m = parse_metrics(SCRAPE)
+    m = parse_metrics(SCRAPE, "reflectrm_")
     assert m['reflectrm_engine_requests_total{stage="rollouts"}'] == 30.0
     assert m["reflectrm_judgments_queued"] == 7.0
     assert not any(k.startswith("vllm:") for k in m)
@@ -44,7 +44,7 @@ def test_parse_metrics_keeps_the_judges_series_as_written():
 
 
 def test_delta_counts_engine_requests_and_reuse_between_scrapes():
-    before = parse_metrics(SCRAPE)
+    before = parse_metrics(SCRAPE, "reflectrm_")
     after = dict(before)
     after['reflectrm_engine_requests_total{stage="rollouts"}'] = 54.0
     after['reflectrm_reused_answers_total{how="joined"}'] = 50.0
