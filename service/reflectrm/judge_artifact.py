@@ -13,15 +13,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import shutil
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-log = logging.getLogger(__name__)
 
 # The checkpoint manifest's file name (models.MANIFEST, which imports this module).
 MANIFEST = "reflectrm-manifest.json"

@@ -136,12 +136,8 @@ def _add_check(commands: Any) -> None:
     p.set_defaults(func=run_check)
 
 
-def _add_judge(commands: Any) -> None:
-    p = commands.add_parser(
-        "judge",
-        help="train the judge's verdict from preference labels (LoRA, both orders per step; "
-        "resumable); the recipe of the shipped default judge",
-    )
+def _add_pool(p: Any, split_help: str) -> None:
+    """``--data`` (the training pool's files, repeatable) and ``--split`` (its held-out split)."""
     p.add_argument(
         "--data",
         action="append",
@@ -153,9 +149,20 @@ def _add_judge(commands: Any) -> None:
         "--split",
         type=Path,
         default=ARTIFACT_DIR / "holdout-split.json",
-        help="the held-out split file: read and checked if it exists, else made "
-        "(--holdout-fraction of each file's prompts) and written (default: the shipped "
-        "judge's split)",
+        help=f"{split_help} (default: service/reflectrm/artifacts/judge/holdout-split.json)",
+    )
+
+
+def _add_judge(commands: Any) -> None:
+    p = commands.add_parser(
+        "judge",
+        help="train the judge's verdict from preference labels (LoRA, both orders per step; "
+        "resumable); ship the result with ship-judge",
+    )
+    _add_pool(
+        p,
+        "the held-out split file: read and checked if it exists, else made "
+        "(--holdout-fraction of each file's prompts) and written",
     )
     p.add_argument("--holdout-fraction", type=float, default=0.22)
     p.add_argument(
@@ -192,13 +199,7 @@ def _add_ship(commands: Any) -> None:
         "(hashes of the adapter, the base model, the data and the split; the run's figures)",
     )
     p.add_argument("--run", required=True, type=Path, help="the run folder of `train judge`")
-    p.add_argument("--data", action="append", required=True, type=Path, help="as trained on")
-    p.add_argument(
-        "--split",
-        type=Path,
-        default=ARTIFACT_DIR / "holdout-split.json",
-        help="the held-out split file of the run (default: the shipped judge's)",
-    )
+    _add_pool(p, "the held-out split file of the run")
     p.add_argument("--to", required=True, type=Path, help="the artifact folder to write")
     p.add_argument("--name", default="reflectrm-judge-smollm2-135m")
     p.add_argument("--command", required=True, help="the training command, as run")
@@ -214,8 +215,7 @@ def _add_heldout(commands: Any) -> None:
     p = commands.add_parser(
         "heldout", help="write the held-out pairs of a split as a file `reflectrm eval` reads"
     )
-    p.add_argument("--split", type=Path, default=ARTIFACT_DIR / "holdout-split.json")
-    p.add_argument("--data", action="append", required=True, type=Path)
+    _add_pool(p, "the held-out split file")
     p.add_argument("--out", required=True, type=Path, help="a .jsonl or .jsonl.gz file")
     p.set_defaults(func=run_heldout)
 

@@ -30,17 +30,15 @@ def source_label(name: str) -> str:
 def export_heldout(split: dict[str, Any], sources: Sequence[SourcePairs], out: Path) -> int:
     """Write the held-out pairs (checked against the split's hashes) to ``out``."""
     pairs = held_out_pairs(split, sources)
-    source_of = {(e["source"], e["id"]) for e in split["pairs"]}
-    by_id = {
-        (s.name, p.id): s.name for s in sources for p in s.pairs if (s.name, p.id) in source_of
-    }
     out.parent.mkdir(parents=True, exist_ok=True)
     opener = gzip.open if out.suffix == ".gz" else open
     with opener(out, "wt", encoding="utf-8") as f:
-        for entry, pair in zip(split["pairs"], pairs, strict=True):
+        given = {source.name for source in sources}
+        entries = [e for e in split["pairs"] if e["source"] in given]
+        for entry, pair in zip(entries, pairs, strict=True):
             row = pair_to_row(pair)
             row["id"] = f"{source_label(entry['source'])}/{pair.id}"
-            row["subset"] = source_label(by_id[(entry["source"], pair.id)])
+            row["subset"] = source_label(entry["source"])
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
     return len(pairs)
 

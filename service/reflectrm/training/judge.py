@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import math
 import os
 import random
@@ -49,8 +48,6 @@ from reflectrm.judging.prompts import (
     preference_chat,
     reflection_chat,
 )
-
-log = logging.getLogger(__name__)
 
 STATE_FILE = "state.pt"
 LOG_FILE = "train-log.jsonl"
@@ -171,7 +168,6 @@ def tokenize_targets(tokenizer: Any) -> Tokenized:
 
 def pair_items(
     pair: Pair,
-    index: int,
     renderer: Any,
     tokens: Tokenized,
     template_version: str,
@@ -195,7 +191,6 @@ def pair_items(
             chat = reflection_chat(template, pair.conversation, *responses, *critiques)
             ids = renderer.render(chat).token_ids
             items.append(_item(pair.id, "reflection", right_at, ids, tokens))
-    del index
     return items
 
 
@@ -228,7 +223,7 @@ def plan_steps(
         reflect = config.reflection_every > 0 and (used % config.reflection_every) == (
             config.reflection_every - 1
         )
-        items = pair_items(pair, used, renderer, tokens, config.template_version, rng, reflect)
+        items = pair_items(pair, renderer, tokens, config.template_version, rng, reflect)
         if any(len(i.prompt_ids) > config.max_prompt_tokens for i in items):
             too_long += 1
             continue
@@ -315,7 +310,6 @@ def train_judge(
     stop_after: int | None = None,
     say: Callable[[str], None] = print,
     progress_bar: bool = True,
-    extra_manifest: dict[str, Any] | None = None,
     end_at: int | None = None,
 ) -> dict[str, Any]:
     """Train (or resume) a run into ``output_dir``; returns the run's summary.
@@ -429,7 +423,6 @@ def train_judge(
         "cpu": cpu_name(),
         "plan": counts,
         "config": asdict(config),
-        **(extra_manifest or {}),
     }
     (output_dir / "run-summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     say(f"adapter written to {adapter_dir} ({progress.seconds:.0f} s of training)")
