@@ -27,6 +27,8 @@ ARTIFACT_DIR = Path(__file__).parent / "artifacts" / "judge"
 ARTIFACT_MANIFEST = "manifest.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 ADAPTER_CONFIG = "adapter_config.json"
+# Optional: a linear verdict head (``reflectrm train probe``) written into the output layer.
+PROBE_WEIGHTS = "probe.safetensors"
 BUILT_MARKER = "reflectrm-judge-built.json"
 
 
@@ -162,11 +164,45 @@ def merge_adapter(base: Path, adapter: Path, out: Path) -> None:
         merged += 1
     if merged == 0:
         raise ArtifactError(f"{adapter / ADAPTER_WEIGHTS} holds no LoRA weights")
+    probe = adapter / PROBE_WEIGHTS
+    if probe.is_file():
+        apply_probe(weights, load_file(str(probe)))
     save_file(weights, str(out / shards[0].name), metadata={"format": "pt"})
     skip = (MANIFEST, "reflectrm-prepared.json")
     for item in base.iterdir():
         if item.is_file() and item.suffix != ".safetensors" and item.name not in skip:
             shutil.copy2(item, out / item.name)
+    if probe.is_file():
+        # The output layer now differs from the input embeddings: untie them.
+        config_path = out / "config.json"
+        model_config = json.loads(config_path.read_text())
+        model_config["tie_word_embeddings"] = False
+        config_path.write_text(json.dumps(model_config, indent=2) + "\n")
+
+
+def apply_probe(weights: dict[str, Any], probe: dict[str, Any]) -> None:
+    """The verdict head ``direction`` (v) into the output layer: the row of the first digit
+    token moves by +v/2 and the second's by -v/2, so the margin between the two digits at every
+    position grows by v . h. A tied output layer is untied first (a copy of the embeddings)."""
+    import torch
+
+    direction = probe["direction"].to(torch.float32)
+    one, two = (int(t) for t in probe["digits"].tolist())
+    head = weights.get("lm_head.weight")
+    if head is None:
+        embed = weights.get("model.embed_tokens.weight")
+        if embed is None:
+            raise ArtifactError("the base model has neither lm_head nor embed_tokens weights")
+        head = embed
+    if head.shape[1] != direction.shape[0]:
+        raise ArtifactError(
+            f"the probe's direction has {direction.shape[0]} dimensions, the model's hidden "
+            f"size is {head.shape[1]}: the probe belongs to another model"
+        )
+    head = head.to(torch.float32).clone()
+    head[one] += direction / 2
+    head[two] -= direction / 2
+    weights["lm_head.weight"] = head.to(weights.get("lm_head.weight", head).dtype).contiguous()
 
 
 def _base_name(key: str) -> str:

@@ -37,6 +37,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     _add_warmup(commands)
     _add_check(commands)
     _add_judge(commands)
+    _add_probe(commands)
     _add_ship(commands)
     _add_heldout(commands)
     return train
@@ -192,6 +193,33 @@ def _add_judge(commands: Any) -> None:
     p.set_defaults(func=run_judge)
 
 
+def _add_probe(commands: Any) -> None:
+    p = commands.add_parser(
+        "probe",
+        help="fit a linear verdict head on a judge run's hidden states (closed form, resumable "
+        "feature pass) and write it for ship-judge --probe",
+    )
+    _add_pool(p, "the held-out split file of the run (its pairs are never read)")
+    p.add_argument("--run", required=True, type=Path, help="the run folder of `train judge`")
+    p.add_argument("--out", required=True, type=Path, help="the probe's folder")
+    p.add_argument("--resume", action="store_true", help="continue the feature pass in --out")
+    p.add_argument("--fit-only", action="store_true", help="fit on the features saved so far")
+    p.add_argument(
+        "--heldout",
+        action="store_true",
+        help="also score the fitted head on the split's held-out pairs (heldout-report.json)",
+    )
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a ProbeConfig field, e.g. --set max_pairs=800 (repeatable)",
+    )
+    p.set_defaults(func=run_probe)
+
+
 def _add_ship(commands: Any) -> None:
     p = commands.add_parser(
         "ship-judge",
@@ -208,6 +236,7 @@ def _add_ship(commands: Any) -> None:
         type=Path,
         help="a JSON file of held-out figures to record (e.g. an eval report's summary)",
     )
+    p.add_argument("--probe", type=Path, help="a `train probe` folder whose verdict head ships too")
     p.set_defaults(func=run_ship)
 
 
@@ -378,12 +407,39 @@ def run_judge(args: argparse.Namespace) -> int:
 
 
 @_friendly
+def run_probe(args: argparse.Namespace) -> int:
+    from reflectrm.checkpoints import base_model_dir
+    from reflectrm.training import probe
+    from reflectrm.training.split import held_out_pairs, read_sources, read_split, training_pairs
+
+    values = typed(probe.ProbeConfig, parse_overrides(args.overrides, probe.ProbeConfig))
+    config = probe.ProbeConfig(**values)
+    split, sources = read_split(args.split), read_sources(args.data)
+    pairs = training_pairs(split, sources)
+    heldout = held_out_pairs(split, sources) if args.heldout else ()
+    report = probe.run_probe(
+        base_model_dir(),
+        args.run,
+        pairs,
+        args.out,
+        config,
+        args.resume,
+        args.fit_only,
+        heldout=heldout,
+    )
+    print(json.dumps({"penalty": report["penalty"], **report["cross_validated"]["all"]}))
+    if args.heldout:
+        print(json.dumps({"heldout": report["heldout"]["with_head"]["all"]}))
+    return 0
+
+
+@_friendly
 def run_ship(args: argparse.Namespace) -> int:
     from reflectrm.training.ship import ship_judge
 
     heldout = json.loads(args.heldout.read_text()) if args.heldout else None
     manifest = ship_judge(
-        args.run, args.data, args.split, args.to, args.name, args.command, heldout
+        args.run, args.data, args.split, args.to, args.name, args.command, heldout, args.probe
     )
     print(json.dumps(manifest["files"], indent=1))
     return 0

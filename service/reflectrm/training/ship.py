@@ -20,6 +20,7 @@ from reflectrm.judge_artifact import (
     ADAPTER_CONFIG,
     ADAPTER_WEIGHTS,
     ARTIFACT_MANIFEST,
+    PROBE_WEIGHTS,
     file_sha256,
 )
 from reflectrm.training.judge import ADAPTER_DIR, CONFIG_FILE
@@ -36,7 +37,10 @@ def ship_judge(
     name: str,
     command: str,
     heldout: dict[str, Any] | None = None,
+    probe: Path | None = None,
 ) -> dict[str, Any]:
+    """``probe``: a folder of ``reflectrm train probe`` whose verdict head ships with the
+    adapter (its file hashed like the others, its report in the manifest)."""
     summary_path = run / "run-summary.json"
     if not summary_path.is_file():
         raise ValueError(f"{run} has no run-summary.json: the run has not finished")
@@ -49,6 +53,11 @@ def ship_judge(
     # peft records the base model's path on the training machine: name it instead.
     adapter_config["base_model_name_or_path"] = DEFAULT_MODEL_NAME
     (to / ADAPTER_CONFIG).write_text(json.dumps(adapter_config, indent=2, sort_keys=True) + "\n")
+    shipped = [ADAPTER_WEIGHTS, ADAPTER_CONFIG, SPLIT_FILE]
+    (to / PROBE_WEIGHTS).unlink(missing_ok=True)
+    if probe is not None:
+        shutil.copyfile(probe / PROBE_WEIGHTS, to / PROBE_WEIGHTS)
+        shipped.append(PROBE_WEIGHTS)
     if split_file.resolve() != (to / SPLIT_FILE).resolve():
         shutil.copyfile(split_file, to / SPLIT_FILE)
     gguf = find_gguf(default_cache_dir(), print)
@@ -63,7 +72,7 @@ def ship_judge(
             "gguf_sha256": file_sha256(gguf),
             "gguf_size": gguf.stat().st_size,
         },
-        "files": {n: file_sha256(to / n) for n in (ADAPTER_WEIGHTS, ADAPTER_CONFIG, SPLIT_FILE)},
+        "files": {n: file_sha256(to / n) for n in shipped},
         "data": [{"file": p.name, "sha256": file_sha256(p)} for p in data],
         "split": {
             "file": SPLIT_FILE,
@@ -82,6 +91,9 @@ def ship_judge(
         "threads": summary["threads"],
         "cpu": summary["cpu"],
     }
+    if probe is not None:
+        report = json.loads((probe / "probe-report.json").read_text())
+        manifest["probe"] = {k: v for k, v in report.items() if k != "by_penalty"}
     if heldout is not None:
         manifest["heldout"] = heldout
     (to / ARTIFACT_MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")

@@ -1,0 +1,407 @@
+"""``reflectrm train probe``: a linear verdict head fitted in closed form, written into the judge.
+
+The supervised recipe (``judge.py``) teaches the output format in an hour of two CPU cores but,
+at that budget, not the preference: its decision loss stays at ln 2. The preference is in the
+network already: a logistic head on the hidden state just before the verdict digit separates
+better from worse responses. This step connects the two without gradient descent through the
+network:
+
+1. **Features.** The trained run's model (base + adapter, merged as the service merges it)
+   reads each training pair's judging prompt, in both orders, with the target's text up to the
+   decision token (``<Analysis>Response ``). Kept: the final-norm hidden state at that
+   position (what the output layer reads) and the model's own logit margin between the two
+   digits there. Resumable: the features are saved every ``checkpoint_every_s`` and a resumed
+   run continues with the next item of the same seeded order.
+2. **Fit.** A logistic regression of the label (is the chosen response in slot 1) on the hidden
+   state, with the model's own margin as an offset, an L2 penalty chosen by 5-fold
+   cross-validation over pairs (both orders of a pair in one fold), no intercept (the pairs come
+   in both orders, so none is needed, and the output layer has no bias to hold one).
+3. **Into the model.** The head ``v`` is written into the output layer: its two digit rows move
+   by ``+v/2`` and ``-v/2``, so the margin at every position becomes ``margin + v . h``. The
+   base model ties its output layer to its input embeddings; the merged judge unties them (the
+   inputs keep the base embeddings). The artifact stores ``v`` and the two token ids
+   (``probe.safetensors``, 2 KB), and the merge applies it (``judge_artifact.merge_adapter``).
+
+The edit acts at every position, not only the decision: where the judge copies its decision
+into the verdict, its own margin is large and the head's (about as large as at the decision)
+does not overturn it; the parse rate measured with enforcement off is what shows it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from reflectrm.datasets import Pair
+from reflectrm.training.judge import (
+    ADAPTER_DIR,
+    TEMPLATE_VERSION,
+    pair_items,
+    resolve_precision,
+    tokenize_targets,
+)
+
+FEATURES_FILE = "features.pt"
+HELDOUT_FEATURES_FILE = "heldout-features.pt"
+HELDOUT_REPORT_FILE = "heldout-report.json"
+PROBE_FILE = "probe.safetensors"
+REPORT_FILE = "probe-report.json"
+
+
+@dataclass(frozen=True)
+class ProbeConfig:
+    seed: int = 0
+    max_pairs: int = 1200
+    max_prompt_tokens: int = 640
+    precision: str = "auto"
+    threads: int = 0
+    checkpoint_every_s: float = 120.0
+    folds: int = 5
+    penalties: tuple[float, ...] = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1)
+    # The head's margin is multiplied by this before it is written into the model (1: as fitted).
+    scale: float = 1.0
+
+
+# --- features --------------------------------------------------------------------------------
+
+
+def probe_plan(
+    pairs: Sequence[Pair], renderer: Any, tokenizer: Any, config: ProbeConfig
+) -> list[dict[str, Any]]:
+    """The items, in a seeded order: each pair in both orders, its prompt plus the target up to
+    the decision token; pairs longer than ``max_prompt_tokens`` left out."""
+    tokens = tokenize_targets(tokenizer)
+    d = tokens.decision["preference"]
+    order = list(pairs)
+    random.Random(config.seed).shuffle(order)
+    rng = random.Random(config.seed)
+    plan: list[dict[str, Any]] = []
+    used = 0
+    for pair in order:
+        if used >= config.max_pairs:
+            break
+        items = pair_items(pair, renderer, tokens, TEMPLATE_VERSION, rng, False)
+        if any(len(i.prompt_ids) > config.max_prompt_tokens for i in items):
+            continue
+        used += 1
+        for item in items:
+            prefix = list(item.prompt_ids) + list(item.target_ids[:d])
+            plan.append(
+                {
+                    "pair_id": pair.id,
+                    "source": source_of(pair.id),
+                    "label": item.label,
+                    "ids": prefix,
+                    "longer": _longer_slot(pair, item.label),
+                }
+            )
+    return plan
+
+
+def source_of(pair_id: str) -> str:
+    """The release a pool pair comes from: its id's first part (``hh-rlhf/harmless-base/...``)."""
+    return pair_id.split("/", 1)[0]
+
+
+def _longer_slot(pair: Pair, chosen_at: int) -> int:
+    """The slot of the longer response (by characters) when the chosen one is at ``chosen_at``;
+    0 for equal lengths."""
+    c, r = len(pair.chosen), len(pair.rejected)
+    if c == r:
+        return 0
+    return chosen_at if c > r else 3 - chosen_at
+
+
+def digit_ids(tokenizer: Any) -> tuple[int, int]:
+    tokens = tokenize_targets(tokenizer)
+    d = tokens.decision["preference"]
+    return tokens.targets[("preference", 1)][d], tokens.targets[("preference", 2)][d]
+
+
+def extract_features(
+    model_dir: Path,
+    pairs: Sequence[Pair],
+    out: Path,
+    config: ProbeConfig,
+    resume: bool = False,
+    say: Callable[[str], None] = print,
+    progress_bar: bool = True,
+    features_file: str = FEATURES_FILE,
+) -> dict[str, Any]:
+    """The final-norm hidden state and the digit margin at the decision position of every
+    planned item, saved in ``out/<features_file>`` (resumable)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from reflectrm.engines.chat import ChatRenderer
+
+    precision = resolve_precision(config.precision)
+    torch.set_num_threads(config.threads or os.cpu_count() or 1)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    model.eval()
+    plan = probe_plan(pairs, ChatRenderer(tokenizer), tokenizer, config)
+    one, two = digit_ids(tokenizer)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / features_file
+    state: dict[str, Any] = {"items": [], "hidden": [], "margin": [], "seconds": 0.0}
+    if path.is_file():
+        if not resume:
+            raise ValueError(f"{path} exists: pass --resume to continue it")
+        state = torch.load(path, weights_only=False)
+        say(f"resuming at item {len(state['items']) + 1} of {len(plan)}")
+    state["digits"] = (one, two)
+    captured: dict[str, Any] = {}
+    hook = model.model.norm.register_forward_hook(
+        lambda _m, _i, output: captured.__setitem__("h", output)
+    )
+    bar = None
+    if progress_bar:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(plan), initial=len(state["items"]), unit="item", file=sys.stderr)
+    last_save = time.monotonic()
+    try:
+        for index in range(len(state["items"]), len(plan)):
+            item = plan[index]
+            t0 = time.monotonic()
+            ids = torch.tensor([item["ids"]], dtype=torch.long)
+            with (
+                torch.no_grad(),
+                torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"),
+            ):
+                logits = model(input_ids=ids, logits_to_keep=1).logits[0, -1].float()
+            h = captured["h"][0, -1].float().clone()
+            state["items"].append({k: v for k, v in item.items() if k != "ids"})
+            state["hidden"].append(h)
+            state["margin"].append(float(logits[one] - logits[two]))
+            state["seconds"] += time.monotonic() - t0
+            if bar is not None:
+                bar.update(1)
+            if time.monotonic() - last_save >= config.checkpoint_every_s:
+                _save(path, state)
+                last_save = time.monotonic()
+    finally:
+        hook.remove()
+        _save(path, state)
+        if bar is not None:
+            bar.close()
+    return {"items": len(state["items"]), "planned": len(plan), "seconds": state["seconds"]}
+
+
+def _save(path: Path, state: dict[str, Any]) -> None:
+    import torch
+
+    tmp = path.with_suffix(".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
+# --- the fit ---------------------------------------------------------------------------------
+
+
+def fit_head(hidden: Any, margin: Any, label: Any, penalty: float) -> Any:
+    """``v`` minimising mean softplus(-s (margin + v . h)) + penalty |v / sd|^2, s = +1 when the
+    chosen response is in slot 1 and -1 otherwise; the features are scaled by their standard
+    deviation for the fit (not centred: no intercept)."""
+    import torch
+
+    x = hidden.double()
+    sd = x.std(dim=0).clamp_min(1e-6)
+    xs = x / sd
+    sign = (label.double() == 1).double() * 2 - 1
+    z0 = margin.double()
+    w = torch.zeros(x.shape[1], dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.LBFGS([w], lr=1.0, max_iter=500, line_search_fn="strong_wolfe")
+
+    def closure() -> Any:
+        opt.zero_grad()
+        loss = torch.nn.functional.softplus(-sign * (z0 + xs @ w)).mean() + penalty * (w @ w)
+        loss.backward()
+        return loss
+
+    opt.step(closure)
+    return (w.detach() / sd).float()
+
+
+def evaluate_head(
+    hidden: Any, margin: Any, items: Sequence[dict[str, Any]], v: Any, scale: float = 1.0
+) -> list[dict[str, Any]]:
+    """Per item: the head's margin and its verdict (1 when the margin is positive)."""
+    z = margin + scale * (hidden @ v)
+    return [
+        {**item, "margin": float(m), "verdict": 1 if float(m) > 0 else 2}
+        for item, m in zip(items, z, strict=True)
+    ]
+
+
+def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Accuracy (Wilson 95%), slot-1 share, pairs right in both orders, the length heuristic on
+    the same items; per source too."""
+
+    def block(sel: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        n = len(sel)
+        right = sum(1 for r in sel if r["verdict"] == r["label"])
+        by_pair: dict[str, list[bool]] = {}
+        for r in sel:
+            by_pair.setdefault(r["pair_id"], []).append(r["verdict"] == r["label"])
+        both = [all(v) for v in by_pair.values() if len(v) == 2]
+        length = sum(
+            1.0 if r["longer"] == r["label"] else 0.5 if r["longer"] == 0 else 0.0 for r in sel
+        )
+        return {
+            "items": n,
+            "accuracy": right / n if n else math.nan,
+            "accuracy_95": wilson(right, n),
+            "slot1_share": sum(1 for r in sel if r["verdict"] == 1) / n if n else math.nan,
+            "both_orders_right": sum(both) / len(both) if both else math.nan,
+            "length_heuristic": length / n if n else math.nan,
+        }
+
+    out = {"all": block(rows)}
+    for source in sorted({r["source"] for r in rows}):
+        out[source] = block([r for r in rows if r["source"] == source])
+    return out
+
+
+def wilson(k: int, n: int, z: float = 1.96) -> list[float]:
+    if n == 0:
+        return [math.nan, math.nan]
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return [centre - half, centre + half]
+
+
+def fit_probe(out: Path, config: ProbeConfig, say: Callable[[str], None] = print) -> dict[str, Any]:
+    """Cross-validate the penalty over pairs, fit on every item, write ``probe.safetensors``
+    and ``probe-report.json`` (the cross-validated figures per penalty and of the one chosen)."""
+    import torch
+    from safetensors.torch import save_file
+
+    state = torch.load(out / FEATURES_FILE, weights_only=False)
+    items = [{**i, "source": source_of(i["pair_id"])} for i in state["items"]]
+    hidden = torch.stack(state["hidden"])
+    margin = torch.tensor(state["margin"])
+    label = torch.tensor([i["label"] for i in items])
+    pair_ids = sorted({i["pair_id"] for i in items})
+    rng = random.Random(config.seed)
+    rng.shuffle(pair_ids)
+    fold_of = {p: k % config.folds for k, p in enumerate(pair_ids)}
+    folds = torch.tensor([fold_of[i["pair_id"]] for i in items])
+    cv: dict[str, Any] = {}
+    best: tuple[float, float] | None = None
+    for penalty in config.penalties:
+        rows: list[dict[str, Any]] = [{}] * len(items)
+        for k in range(config.folds):
+            train = folds != k
+            v = fit_head(hidden[train], margin[train], label[train], penalty)
+            test = (folds == k).nonzero().flatten().tolist()
+            scored = evaluate_head(
+                hidden[test], margin[test], [items[i] for i in test], v, config.scale
+            )
+            for i, r in zip(test, scored, strict=True):
+                rows[i] = r
+        figures = summarize(rows)
+        cv[str(penalty)] = figures
+        acc = figures["all"]["accuracy"]
+        say(f"penalty {penalty:g}: cross-validated accuracy {acc:.3f}")
+        if best is None or acc > best[1]:
+            best = (penalty, acc)
+    assert best is not None
+    v = fit_head(hidden, margin, label, best[0])
+    one, two = state["digits"]
+    save_file(
+        {
+            "direction": (config.scale * v).contiguous(),
+            "digits": torch.tensor([one, two], dtype=torch.int64),
+        },
+        str(out / PROBE_FILE),
+        metadata={"format": "pt"},
+    )
+    base = summarize(
+        [{**i, "verdict": 1 if m > 0 else 2} for i, m in zip(items, state["margin"], strict=True)]
+    )
+    report = {
+        "config": asdict(config),
+        "items": len(items),
+        "pairs": len(pair_ids),
+        "extraction_seconds": round(state["seconds"], 1),
+        "penalty": best[0],
+        "cross_validated": cv[str(best[0])],
+        "model_alone": base,
+        "by_penalty": {p: f["all"]["accuracy"] for p, f in cv.items()},
+        "digits": [one, two],
+    }
+    (out / REPORT_FILE).write_text(json.dumps(report, indent=1) + "\n")
+    return report
+
+
+def run_probe(
+    base_model: Path,
+    run_dir: Path,
+    pairs: Sequence[Pair],
+    out: Path,
+    config: ProbeConfig,
+    resume: bool = False,
+    fit_only: bool = False,
+    say: Callable[[str], None] = print,
+    heldout: Sequence[Pair] = (),
+) -> dict[str, Any]:
+    """Features from the run's merged model (unless ``fit_only``), then the fit; with
+    ``heldout`` pairs, the fitted head's figures on them too (``heldout-report.json``: every
+    held-out pair in both orders, whatever its length, as the merged judge's first greedy
+    decision token would give them)."""
+    from reflectrm.judge_artifact import merge_adapter
+
+    with tempfile.TemporaryDirectory() as tmp:
+        model = Path(tmp) / "model"
+        if not fit_only or heldout:
+            merge_adapter(base_model, run_dir / ADAPTER_DIR, model)
+        if not fit_only:
+            figures = extract_features(model, pairs, out, config, resume=resume, say=say)
+            say(f"features: {figures['items']} of {figures['planned']} items")
+        report = fit_probe(out, config, say=say)
+        if heldout:
+            every = replace(config, max_pairs=len(heldout), max_prompt_tokens=1 << 20)
+            extract_features(
+                model,
+                heldout,
+                out,
+                every,
+                resume=True,
+                say=say,
+                features_file=HELDOUT_FEATURES_FILE,
+            )
+            report["heldout"] = heldout_figures(out)
+    return report
+
+
+def heldout_figures(out: Path) -> dict[str, Any]:
+    """The written head on the held-out features: the model alone and with the head."""
+    import torch
+    from safetensors.torch import load_file
+
+    state = torch.load(out / HELDOUT_FEATURES_FILE, weights_only=False)
+    v = load_file(str(out / PROBE_FILE))["direction"]
+    hidden = torch.stack(state["hidden"])
+    margin = torch.tensor(state["margin"])
+    figures = {
+        "items": len(state["items"]),
+        "with_head": summarize(evaluate_head(hidden, margin, state["items"], v)),
+        "model_alone": summarize(
+            evaluate_head(hidden, margin, state["items"], torch.zeros_like(v))
+        ),
+        "extraction_seconds": round(state["seconds"], 1),
+    }
+    (out / HELDOUT_REPORT_FILE).write_text(json.dumps(figures, indent=1) + "\n")
+    return figures
