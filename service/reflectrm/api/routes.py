@@ -139,5 +139,5 @@ async def get_reward(
 ) -> schemas.OpenRLHFResponse:
     samples, opts = convert.sample_asks(body), convert.sample_options(options)
     if opts.group_size is not None:
-        return convert.openrlhf_cohort_response(await service.sample_members(samples, opts, call))
+        return convert.openrlhf_cohort_response(await service.member_rewards(samples, opts, call))
     return convert.openrlhf_response(await service.sample_rewards(samples, opts, call))

@@ -78,7 +78,7 @@ class EngineConfig:
     # Most sequences the engine runs at once; it batches up to this many.
     max_num_seqs: int = 64
     # "priority": requests carry SamplingSpec.priority (lower runs first), so a judgment's
-    # reflections go before other judgments' waiting stage-1 samples.
+    # reflections go before other judgments' waiting stage-1 requests.
     scheduling_policy: Literal["fcfs", "priority"] = "fcfs"
     # GPUs one model is split over, for models larger than one GPU (GPU only).
     tensor_parallel_size: int = 1

@@ -191,7 +191,7 @@ def conversation_fields(conversation: Sequence[Message]) -> dict[str, Any]:
 
 
 class EngineWork:
-    """What was asked of the engine, counted as it ran (shared samples counted once)."""
+    """What was asked of the engine, counted as it ran (shared candidates counted once)."""
 
     def __init__(self) -> None:
         self.requests = 0

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 from typing import Final
 
-# The judging mode of a pair, a group or a sample.
+# The judging mode of a pair, a group, a cohort or an OpenRLHF sample (/get_reward).
 MODE: Final = "reflect"
-# Stage-1 samples of the reflect and vote modes (the paper's N).
+# Stage-1 candidates of the reflect and vote modes (the paper's N).
 NUM_CANDIDATES: Final = 8
 # The generation limit per output (the paper's).
 MAX_TOKENS: Final = 1024
-# A pair is judged in the order given unless asked; groups and samples are judged in both orders.
+# A pair is judged in the order given unless asked; groups, cohorts and OpenRLHF samples are
+# judged in both orders.
 PAIR_DEBIAS: Final = "none"
 GROUP_DEBIAS: Final = "swap"
-# How a cohort (samples sharing a prompt) is compared.
+# How a cohort (the members sharing a prompt) is compared.
 COHORT_STRATEGY: Final = "knockout"

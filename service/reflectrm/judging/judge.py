@@ -70,16 +70,17 @@ class PreparedJudgment:
 
 
 @dataclass(frozen=True)
-class Samples:
-    """Stage-1 outputs of one engine request, and that request's usage and wall time."""
+class DrawnCandidates:
+    """The candidates (stage-1 outputs) of one engine request, and that request's usage and
+    wall time."""
 
     candidates: tuple[Candidate, ...]
     usage: EngineUsage
     seconds: float = 0.0
 
-    def first(self, n: int) -> Samples:
-        """The first ``n`` outputs, with the usage a request for ``n`` alone reports. With a seed,
-        they are the outputs such a request samples: vLLM seeds the i-th output of a request
+    def first(self, n: int) -> DrawnCandidates:
+        """The first ``n`` candidates, with the usage a request for ``n`` alone reports. With a
+        seed, they are the outputs such a request samples: vLLM seeds the i-th output of a request
         with ``seed + i`` whatever ``n`` is (vllm/v1/engine/parallel_sampling.py)."""
         if n >= len(self.candidates):
             return self
@@ -87,7 +88,7 @@ class Samples:
         usage = dataclasses.replace(
             self.usage, generated_tokens=sum(c.num_tokens for c in kept), engine_requests=1
         )
-        return Samples(kept, usage, self.seconds)
+        return DrawnCandidates(kept, usage, self.seconds)
 
 
 class Judge:
@@ -177,15 +178,15 @@ class Judge:
         return await self.run(prepared, request_id)
 
     async def run(self, prepared: PreparedJudgment, request_id: str) -> Judgment:
-        samples = await self.sample(prepared, request_id)
-        judgment = await self.run_from(prepared.request, samples, request_id)
+        drawn = await self.draw_candidates(prepared, request_id)
+        judgment = await self.run_from(prepared.request, drawn, request_id)
         if self.on_run is not None:
             self.on_run(judgment)
         return judgment
 
     def stage1_spec(self, request: JudgmentSpec, n: int | None = None) -> SamplingSpec:
         """The stage-1 request: one greedy output in single mode, else ``n`` (default the
-        request's num_candidates) seeded samples."""
+        request's num_candidates) seeded candidates."""
         single = request.mode == "single"
         return SamplingSpec(
             n=1 if single else (n or request.num_candidates),
@@ -196,30 +197,32 @@ class Judge:
             stop=STOP,
         )
 
-    async def sample(
+    async def draw_candidates(
         self, prepared: PreparedJudgment, request_id: str, n: int | None = None
-    ) -> Samples:
-        """Stage 1 alone: one engine request for the request's candidates, or for ``n`` samples
-        so that several judgments of the same pair, order and seed can start from them (see
-        ``Samples.first``)."""
+    ) -> DrawnCandidates:
+        """Stage 1 alone: one engine request for the request's candidates, or for ``n``
+        candidates so that several judgments of the same pair, order and seed can start from
+        them (see ``DrawnCandidates.first``)."""
         spec = self.stage1_spec(prepared.request, n)
         started = time.monotonic()
         result = await self.engine.generate(prepared.prompt, spec, rollout_request_id(request_id))
-        return Samples(
+        return DrawnCandidates(
             candidates=tuple(_candidate(i, g) for i, g in enumerate(result.generations)),
             usage=EngineUsage.of(result),
             seconds=time.monotonic() - started,
         )
 
-    async def run_from(self, request: JudgmentSpec, samples: Samples, request_id: str) -> Judgment:
-        """The judgment from stage-1 outputs already sampled (by ``sample``, for this request or
-        a larger one with the same prompt, sampling and seed): the first ``num_candidates`` of
+    async def run_from(
+        self, request: JudgmentSpec, drawn: DrawnCandidates, request_id: str
+    ) -> Judgment:
+        """The judgment from candidates already drawn (by ``draw_candidates``, for this request
+        or a larger one with the same prompt, sampling and seed): the first ``num_candidates`` of
         them are used (all of them in single mode), and the usage reported is theirs alone, as if
         this request had sampled them. The result is the one ``run`` gives."""
         if request.mode != "single":
-            samples = samples.first(request.num_candidates)
+            drawn = drawn.first(request.num_candidates)
         started = time.monotonic()
-        candidates, usage = samples.candidates, samples.usage
+        candidates, usage = drawn.candidates, drawn.usage
         parsed = [c for c in candidates if c.verdict is not None]
         if not parsed:
             judgment = _no_verdict(request, candidates, usage)
@@ -229,7 +232,7 @@ class Judge:
             judgment = await self._reflect(request, candidates, parsed, usage, request_id)
         return dataclasses.replace(
             judgment,
-            rollout_seconds=samples.seconds,
+            rollout_seconds=drawn.seconds,
             reflection_seconds=time.monotonic() - started,
         )
 

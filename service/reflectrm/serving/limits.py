@@ -40,12 +40,12 @@ def new_seed() -> int:
     return secrets.randbelow(2**31)
 
 
-def _samples(request: JudgmentSpec) -> int:
-    """Stage-1 outputs of one judgment: one greedy output in single mode."""
+def _candidates(request: JudgmentSpec) -> int:
+    """Candidates (stage-1 outputs) of one judgment: one greedy output in single mode."""
     return 1 if request.mode == "single" else request.num_candidates
 
 
-def _group_samples(spec: GroupSpec) -> int:
+def _group_candidates(spec: GroupSpec) -> int:
     return 1 if spec.mode == "single" else spec.num_candidates
 
 
@@ -193,7 +193,7 @@ class Limits:
         )
 
     def check_pair(self, ask: PairAsk, request: JudgmentSpec) -> None:
-        self.check_work([(_pair_judgments(ask), _samples(request), request.max_tokens)])
+        self.check_work([(_pair_judgments(ask), _candidates(request), request.max_tokens)])
 
     def check_batch(self, items: Sequence[PairAsk | FailedItem]) -> None:
         """The batch's size and its pairs' engine work (an item already failed adds none)."""
@@ -235,7 +235,8 @@ class Limits:
 
     def check_groups(self, specs: Sequence[GroupSpec]) -> None:
         """The engine work of a call's groups, summed."""
-        self.check_work([(_group_judgments(sp), _group_samples(sp), sp.max_tokens) for sp in specs])
+        work = [(_group_judgments(sp), _group_candidates(sp), sp.max_tokens) for sp in specs]
+        self.check_work(work)
 
     def check_samples(self, count: int) -> None:
         _check_count("samples", count, self.settings.max_batch_items, "REFLECTRM_MAX_BATCH_ITEMS")
@@ -296,9 +297,9 @@ class Limits:
             seed=ask.seed,
             timeout_s=timeout_s,
         )
-        samples = 1 if terms.mode == "single" else terms.num_candidates
+        candidates = 1 if terms.mode == "single" else terms.num_candidates
         whole = group_judgments(ask.strategy, ask.group_size, ask.debias)
-        self.check_work([(whole, samples, terms.max_tokens)])
+        self.check_work([(whole, candidates, terms.max_tokens)])
         return terms
 
     # --- the bounds every ask shares ----------------------------------------------------------

@@ -257,11 +257,12 @@ class JudgingService:
             self._record_many(call, options.mode, "get_reward", outcomes, tokens)
         return results
 
-    async def sample_members(
+    async def member_rewards(
         self, samples: Sequence[SampleAsk], options: SampleOptions, call: CallContext
     ) -> list[MemberResult]:
         """Per-sample group rewards (OpenRLHF with ``group_size``): each sample's response is a
-        member of its prompt's cohort (the prompt's text is the cohort's key)."""
+        member of its prompt's cohort (the prompt's text is the cohort's key), answered as
+        ``member_reward`` answers one."""
         if options.group_size is None:
             raise InvalidRequestError("group rewards per sample need group_size")
         judge = self.require_judge()

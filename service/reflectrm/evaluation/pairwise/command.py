@@ -279,7 +279,7 @@ async def _judge_in_process(
     return summary
 
 
-# The smallest real ablation judgment: one sample of at most 16 tokens, no reflection.
+# The smallest real ablation judgment: one candidate of at most 16 tokens, no reflection.
 ABLATION_PROBE = {
     "prompt": "Is this request accepted?",
     "responses": ["Yes.", "No."],

@@ -505,7 +505,7 @@ SWAP_NOTE = (
 
 def engine_work(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
     """The engine work the invocations really asked for (in-process runs count it; with shared
-    samples it is less than the sum of the per-judgment costs, which are each mode's own)."""
+    candidates it is less than the sum of the per-judgment costs, which are each mode's own)."""
     ends = [r for r in runs if r.get("type") == "run_end" and r.get("engine_work")]
     if not ends:
         return None

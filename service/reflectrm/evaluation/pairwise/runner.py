@@ -32,7 +32,7 @@ from reflectrm.evaluation.common import (
     stable_int,
 )
 from reflectrm.evaluation.records import JudgmentResult, Key, Record, Writer
-from reflectrm.judging.judge import Judge, PreparedJudgment, PromptTooLongError, Samples
+from reflectrm.judging.judge import DrawnCandidates, Judge, PreparedJudgment, PromptTooLongError
 from reflectrm.judging.types import Ablation, Judgment, JudgmentSpec, Mode
 
 if TYPE_CHECKING:  # imported where used: judging in-process needs no HTTP client
@@ -46,7 +46,7 @@ Candidates = Literal["one", "n", "matched"]
 
 @dataclass(frozen=True)
 class ModeSpec:
-    """A row of the paper's tables: a judging mode, an ablation, and how many samples."""
+    """A row of the paper's tables: a judging mode, an ablation, and how many candidates."""
 
     name: str
     label: str
@@ -113,7 +113,7 @@ class Unit:
 
     @property
     def sampled(self) -> bool:
-        """Starts from seeded stage-1 samples (every mode but the greedy single judgment)."""
+        """Starts from seeded stage-1 candidates (every mode but the greedy single judgment)."""
         return self.mode.mode != "single"
 
     def request(self) -> JudgmentSpec:
@@ -138,8 +138,8 @@ def plan(
 ) -> list[Unit]:
     """Units pair by pair (both orders, every mode), so a stopped run leaves whole pairs and the
     engine's prefix cache sees the same prompt several times in a row. Every mode of a pair in
-    one order gets the same judging seed: vote and ReflectRM then start from the same samples,
-    which makes their comparison paired."""
+    one order gets the same judging seed: vote and ReflectRM then start from the same
+    candidates, which makes their comparison paired."""
     units = []
     for pair in pairs:
         first = primary_position(pair, seed)
@@ -207,10 +207,10 @@ class Backend(Protocol):
 class EngineBackend:
     """Judges in-process with the service's own ``Judge`` on an engine.
 
-    A job's sampled units share one stage-1 request of as many samples as the largest of them
-    needs (vote_matched's 2N-1 holds vote's and ReflectRM's N as its first N); each unit then
-    judges from its first ``num_candidates`` samples. Every record is what judging that unit
-    alone gives, its cost included (``Samples.first``)."""
+    A job's sampled units share one stage-1 request of as many candidates as the largest of
+    them needs (vote_matched's 2N-1 holds vote's and ReflectRM's N as its first N); each unit
+    then judges from its first ``num_candidates`` candidates. Every record is what judging that
+    unit alone gives, its cost included (``DrawnCandidates.first``)."""
 
     def __init__(self, judge: Judge) -> None:
         self._judge = judge
@@ -231,17 +231,17 @@ class EngineBackend:
             else:
                 ready.append((unit, prepared))
         sampled = [(u, p) for u, p in ready if u.sampled]
-        samples: Samples | None = None
+        drawn: DrawnCandidates | None = None
         if sampled:
             largest = max(sampled, key=lambda up: up[0].num_candidates)
-            samples = await self._judge.sample(
+            drawn = await self._judge.draw_candidates(
                 largest[1], f"{request_id}-shared", largest[0].num_candidates
             )
 
         async def one(unit: Unit, prepared: PreparedJudgment) -> JudgmentResult:
             rid = f"{request_id}-{unit.mode.name}"
-            if samples is not None and unit.sampled:
-                j = await self._judge.run_from(prepared.request, samples, rid)
+            if drawn is not None and unit.sampled:
+                j = await self._judge.run_from(prepared.request, drawn, rid)
             else:
                 j = await self._judge.run(prepared, rid)
             # From the job's start (shared sampling included) to this unit's own end.
@@ -289,8 +289,8 @@ class HttpBackend:
     """Judges through a running service's ``POST /v1/judge`` with the Python client
     (``reflectrm.client.AsyncClient`` on the ``http`` pool); retries what a retry can fix.
 
-    Over HTTP every unit is its own request: the API takes no precomputed samples, so modes do
-    not share them (the results are the same; the engine work is larger)."""
+    Over HTTP every unit is its own request: the API takes no precomputed candidates, so modes
+    do not share them (the results are the same; the engine work is larger)."""
 
     def __init__(
         self, http: httpx.AsyncClient, url: str, retries: int = 5, backoff_s: float = 2.0
