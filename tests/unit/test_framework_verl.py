@@ -77,13 +77,19 @@ def test_the_reward_loop_awaits_compute_score_per_sample(monkeypatch):
     assert [o["reward_score"] for o in out] == [0.75, 0.25]
     assert set(out[0]["reward_extra_info"]) == set(out[1]["reward_extra_info"])  # stackable
     assert out[0]["reward_extra_info"]["judge_consistent"] == 1.0
-    body = service.calls[0][2]
+    # The two calls run concurrently: either may reach the service first.
+    assert len(service.calls) == 2
+    by_prompt = [b for _, _, b in service.calls if "prompt" in b]
+    by_messages = [b for _, _, b in service.calls if "messages" in b]
+    assert len(by_prompt) == 1
+    assert len(by_messages) == 1
+    body = by_prompt[0]
     assert (body["prompt"], body["completions"], body["reference"]) == (
         Q,
         ["a longer answer"],
         "an answer",
     )
-    assert service.calls[1][2]["messages"] == [{"role": "user", "content": Q}]
+    assert by_messages[0]["messages"] == [{"role": "user", "content": Q}]
 
 
 def test_debias_none_leaves_consistency_out_of_the_logs(monkeypatch):
