@@ -1,5 +1,5 @@
 """loadtests/harness on stand-in processes: a child's process group stopped in order and left
-empty, a crash, the waits, the loopback check."""
+empty, a crash, a process family tracked and ended by pid, the waits, the loopback check."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from loadtests.harness.family import Watched, alive, reflectrm_env
 from loadtests.harness.ports import free_port, is_loopback
 from loadtests.harness.process import (
     RunError,
@@ -56,7 +57,7 @@ def child_pid(pid_file: Path) -> int:
 def gone(pid: int) -> bool:
     """No such process, or a zombie waiting to be reaped."""
     try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        return not alive(psutil.Process(pid))
     except psutil.NoSuchProcess:
         return True
 
@@ -139,6 +140,46 @@ def test_wait_ready_and_wait_for_give_up_after_their_timeout():
     with pytest.raises(RunError, match="never happened within 0 s: the sky falls"):
         wait_for(lambda: False, "the sky falls", 0.2, poll_s=0.05)
     assert wait_for(lambda: True, "at once", 1.0) < 1.0
+
+
+def test_a_watched_family_is_noted_and_ended_by_pid(tmp_path):
+    """Watched runs in the caller's process group; stop sends SIGTERM, then SIGKILL, to each
+    noted process still running, by pid."""
+    pid_file = tmp_path / "grandchild.pid"
+    p = Watched([sys.executable, "-c", STUBBORN, str(pid_file)], tmp_path / "log", os.environ)
+    grandchild = child_pid(pid_file)
+    assert os.getpgid(p.proc.pid) == os.getpgid(0)
+
+    family = p.note_family()
+
+    assert [q.pid for q in family] == [p.proc.pid, grandchild]
+    assert all(alive(q) for q in p.left_running())
+    p.stop(wait_s=0.5)
+    assert p.left_running() == []
+    assert gone(grandchild)
+
+
+def test_a_watched_engine_core_is_found_by_its_command_line(tmp_path):
+    pid_file = tmp_path / "child.pid"
+    p = Watched([sys.executable, "-c", POLITE, str(pid_file)], tmp_path / "log", os.environ)
+    try:
+        child = child_pid(pid_file)
+        core = p.engine_core()
+        assert core is not None
+        assert core.pid == child
+    finally:
+        p.stop(signals=(signal.SIGKILL,))
+    assert gone(child)
+
+
+def test_reflectrm_env_puts_settings_over_defaults_over_the_environment(monkeypatch):
+    monkeypatch.setenv("REFLECTRM_MAX_TOKENS", "7")
+    env = reflectrm_env({"max_tokens": "9", "shutdown_grace_s": "40"}, pythonpath=(Path("/a"),))
+    assert env["PYTHONPATH"] == "/a"
+    assert env["REFLECTRM_MAX_TOKENS"] == "9"
+    assert env["REFLECTRM_SHUTDOWN_GRACE_S"] == "40"
+    assert env["REFLECTRM_KV_CACHE_GIB"] == "1"
+    assert reflectrm_env()["REFLECTRM_MAX_TOKENS"] == "48"  # the defaults win over it
 
 
 @pytest.mark.parametrize(
