@@ -96,8 +96,8 @@ def test_stop_process_sends_only_the_signals_given_and_waits_for_leftovers(tmp_p
 
     assert proc.returncode == -signal.SIGTERM
     assert time.monotonic() - started < 8.0
-    assert gone(child)
-    wait_for(lambda: group_gone(proc.pid), "the killed child is reaped", 10)
+    # SIGKILL was sent to what was left; the kernel ends and reaps it a moment later.
+    wait_for(lambda: gone(child) and group_gone(proc.pid), "the killed child is reaped", 10)
 
 
 def test_kill_group_kills_the_child_and_its_group_at_once(tmp_path):
@@ -122,7 +122,7 @@ def test_launch_writes_the_output_to_the_log_in_a_session_of_its_own(tmp_path):
         log,
     )
     assert proc.wait(30) == 0
-    assert log.read_text().split() == ["True", "err"]
+    assert sorted(log.read_text().split()) == ["True", "err"]
 
 
 def test_wait_ready_names_the_process_that_exited_and_its_log(tmp_path):
@@ -154,7 +154,7 @@ def test_a_watched_family_is_noted_and_ended_by_pid(tmp_path):
 
     assert [q.pid for q in family] == [p.proc.pid, grandchild]
     assert all(alive(q) for q in p.left_running())
-    p.stop(wait_s=0.5)
+    p.stop(wait_s=5.0)
     assert p.left_running() == []
     assert gone(grandchild)
 
