@@ -25,9 +25,9 @@ test-docker: setup system-deps
 	$(BIN)/python -m pytest tests/docker
 
 lint: setup
-	$(BIN)/ruff check service tests scripts loadtests
-	$(BIN)/ruff format --check service tests scripts loadtests
-	$(BIN)/mypy service/reflectrm loadtests
+	$(BIN)/ruff check service tests scripts loadtests studies
+	$(BIN)/ruff format --check service tests scripts loadtests studies
+	$(BIN)/mypy service/reflectrm loadtests studies scripts/reliability_tables.py
 
 eval: setup
 	$(BIN)/reflectrm eval $(ARGS)

@@ -64,7 +64,7 @@ from loadtests.contenders import (
     vllm_serve_command,
 )
 from loadtests.harness.ports import free_port
-from loadtests.harness.process import RunError, launch_service, stop_process, wait_ready
+from loadtests.harness.process import RunError, launch, launch_service, stop_process, wait_ready
 from loadtests.harness.process import Service as Proc
 from loadtests.scenarios import REPO, Pairs, load_pairs, request_body
 from reflectrm.portable import portable
@@ -285,14 +285,7 @@ def _start_vllm_serve(kwargs: Mapping[str, Any], out: Path, engines: Engines) ->
     port = free_port()
     command = vllm_serve_command(kwargs, port)
     log = out / "vllm-serve.log"
-    with log.open("wb") as sink:
-        proc = subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # stopped in order by the run, not by the terminal's Ctrl-C
-        )
+    proc = launch(command, log)  # stopped in order by the run, not by the terminal's Ctrl-C
     server = Proc(proc=proc, url=f"http://127.0.0.1:{port}", log=log, settings={})
     engines.processes.append(server)
     engines.settings["vllm_serve_command"] = command

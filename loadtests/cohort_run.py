@@ -36,9 +36,9 @@ import httpx
 if __package__ in (None, ""):  # run as a script: make the repo importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from loadtests.fairness import by_label, latency_summary
-from loadtests.harness.metrics import parse_metrics
+from loadtests.harness.metrics import by_label, parse_metrics
 from loadtests.harness.process import RunError, Service, launch_service, stop_process, wait_ready
+from loadtests.summary import latency_summary
 
 ROOT = Path(__file__).resolve().parents[1]
 # Short questions with rollouts of mixed quality (one repeated, as GRPO groups repeat short

@@ -33,8 +33,6 @@ import contextlib
 import itertools
 import json
 import os
-import re
-import statistics
 import sys
 import time
 from collections import Counter
@@ -47,8 +45,9 @@ import httpx
 if __package__ in (None, ""):  # run as a script: make the repo importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from loadtests.harness.metrics import parse_metrics
+from loadtests.harness.metrics import by_label, parse_metrics
 from loadtests.harness.process import RunError, Service, launch_service, stop_process, wait_ready
+from loadtests.summary import latency_summary
 
 ROOT = Path(__file__).resolve().parents[1]
 PAIR = {
@@ -79,24 +78,7 @@ COUNTERS = (
     "reflectrm_queue_wait_seconds_count",
 )
 
-_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
-
-
 # --- pure helpers (unit-tested) -------------------------------------------------------------
-
-
-def by_label(metrics: Mapping[str, float], name: str, label: str) -> dict[str, float]:
-    """The series of metric ``name``, keyed by the value of ``label`` (summed over the other
-    labels); a series without labels is keyed by ""."""
-    out: dict[str, float] = {}
-    for series, value in metrics.items():
-        base, _, labels = series.partition("{")
-        if base != name:
-            continue
-        found = dict(_LABEL.findall(labels))
-        key = found.get(label, "")
-        out[key] = out.get(key, 0.0) + value
-    return out
 
 
 def delta(after: Mapping[str, float], before: Mapping[str, float]) -> dict[str, float]:
@@ -109,19 +91,6 @@ def delta(after: Mapping[str, float], before: Mapping[str, float]) -> dict[str, 
         if change:
             out[series] = change
     return out
-
-
-def latency_summary(seconds: Iterable[float]) -> dict[str, Any]:
-    values = sorted(seconds)
-    if not values:
-        return {"n": 0, "p50_s": None, "mean_s": None, "max_s": None, "min_s": None}
-    return {
-        "n": len(values),
-        "p50_s": round(statistics.median(values), 2),
-        "mean_s": round(statistics.fmean(values), 2),
-        "min_s": round(values[0], 2),
-        "max_s": round(values[-1], 2),
-    }
 
 
 def queued_seconds(samples: Sequence[Mapping[str, Any]], tenant: str) -> float:

@@ -25,7 +25,6 @@ import contextlib
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -39,8 +38,8 @@ import psutil
 if __package__ in (None, ""):  # run as a script: make the repo importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from loadtests.harness.metrics import parse_metrics
-from loadtests.harness.ports import free_port
+from loadtests.harness.family import Watched, WatchedServe, reflectrm_command, reflectrm_env
+from loadtests.harness.process import RunError, wait_for
 from reflectrm.portable import portable
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,145 +52,50 @@ LONG = {**PAIR, "max_tokens": 1024}
 # Longer than the drain's grace period (8 samples of up to 3072 tokens), and well within it.
 LONGER = {**PAIR, "mode": "vote", "max_tokens": 3072, "seed": 1}
 SHORT = {**PAIR, "mode": "single", "max_tokens": 32, "seed": 2}
-ENV = {
-    "REFLECTRM_KV_CACHE_GIB": "1",
-    "REFLECTRM_MAX_MODEL_LEN": "4096",
-    "REFLECTRM_MAX_TOKENS": "48",
-    "REFLECTRM_SWAP_CHECK_FRACTION": "0",
-    "REFLECTRM_REQUEST_TIMEOUT_S": "600",
-}
 
 
-def alive(p: psutil.Process) -> bool:
-    try:
-        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
+def noted(p: Watched) -> list[dict[str, Any]]:
+    """Every process of ``p`` now, by pid and name."""
+    return [{"pid": q.pid, "name": p.names[q.pid]} for q in p.note_family()]
 
 
-def describe(p: psutil.Process) -> str:
-    """The process's name, and what it runs when that is only "python"."""
-    with contextlib.suppress(psutil.Error):
-        name = p.name()
-        if name.startswith("python"):
-            args = p.cmdline()[1:]
-            return f"{name} {' '.join(args)[:70]}".rstrip()
-        return name
-    return "?"
+def engine_core(p: Watched) -> psutil.Process:
+    core = p.engine_core()
+    if core is None:
+        raise RunError("no engine core process")
+    return core
 
 
-def wait_for(condition: Callable[[], bool], what: str, timeout: float) -> float:
-    """Seconds until ``condition`` held; SystemExit when it never did."""
-    started = time.monotonic()
-    while not condition():
-        if time.monotonic() - started > timeout:
-            raise SystemExit(f"never happened within {timeout:.0f} s: {what}")
+def watch_family(p: Watched, since: float, timeout: float = 60) -> dict[str, Any]:
+    """Watched from ``since`` (the fault) on, every 0.1 s: how long after it each noted process
+    was last seen alive, and what still ran at the end of ``timeout``."""
+    last_seen: dict[int, float] = {}
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        running = p.left_running()
+        now = time.monotonic() - since
+        for q in running:
+            last_seen[q.pid] = now
+        if not running:
+            break
         time.sleep(0.1)
-    return time.monotonic() - started
+    left = p.left_running()
+    return {
+        "processes": len(p.family),
+        "lived_on_s": {
+            f"{p.names.get(q.pid, '?')} ({q.pid})": round(last_seen.get(q.pid, 0.0), 1)
+            for q in p.family
+        },
+        "all_ended_within_s": None if left else round(time.monotonic() - since, 1),
+        "left_running": [{"pid": q.pid, "name": p.names.get(q.pid, "?")} for q in left],
+    }
 
 
-class Process:
-    """A `reflectrm` command with its own engine, its stderr in ``log``, its processes tracked."""
+class Served(WatchedServe):
+    """`reflectrm serve` with the end-to-end tests' settings and ``settings`` over them."""
 
-    def __init__(self, args: list[str], log: Path, settings: dict[str, str]) -> None:
-        env = {**os.environ, "PYTHONPATH": str(ROOT / "service"), **ENV}
-        env.update({f"REFLECTRM_{k.upper()}": v for k, v in settings.items()})
-        self.log = log
-        self._stderr = log.open("w")
-        self.started = time.monotonic()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "reflectrm.cli", *args],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=self._stderr,
-        )
-        self.family: list[psutil.Process] = []
-        self.names: dict[int, str] = {}
-
-    @property
-    def stderr(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def note_family(self) -> list[dict[str, Any]]:
-        me = psutil.Process(self.proc.pid)
-        self.family = [me, *me.children(recursive=True)]
-        self.names = {p.pid: describe(p) for p in self.family}
-        return [{"pid": p.pid, "name": self.names[p.pid]} for p in self.family]
-
-    def engine_core(self) -> psutil.Process:
-        for p in psutil.Process(self.proc.pid).children(recursive=True):
-            with contextlib.suppress(psutil.Error):
-                if "EngineCore" in p.name() or "EngineCore" in " ".join(p.cmdline()):
-                    return p
-        raise SystemExit("no engine core process")
-
-    def left_running(self) -> list[psutil.Process]:
-        return [p for p in self.family if alive(p)]
-
-    def watch_family(self, since: float, timeout: float = 60) -> dict[str, Any]:
-        """Watched from ``since`` (the fault) on, every 0.1 s: how long after it each noted
-        process was last seen alive, and what still ran at the end of ``timeout``."""
-        last_seen: dict[int, float] = {}
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            running = self.left_running()
-            now = time.monotonic() - since
-            for p in running:
-                last_seen[p.pid] = now
-            if not running:
-                break
-            time.sleep(0.1)
-        left = self.left_running()
-        return {
-            "processes": len(self.family),
-            "lived_on_s": {
-                f"{self.names.get(p.pid, '?')} ({p.pid})": round(last_seen.get(p.pid, 0.0), 1)
-                for p in self.family
-            },
-            "all_ended_within_s": None if left else round(time.monotonic() - since, 1),
-            "left_running": [{"pid": p.pid, "name": self.names.get(p.pid, "?")} for p in left],
-        }
-
-    def stop(self) -> None:
-        """Whatever still runs of it (a failed run): SIGTERM, then SIGKILL."""
-        if self.proc.poll() is None:
-            self.note_family()
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            for p in self.left_running():
-                with contextlib.suppress(psutil.Error):
-                    p.send_signal(sig)
-            with contextlib.suppress(psutil.Error):
-                psutil.wait_procs(self.family, timeout=15)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(30)
-        self._stderr.close()
-
-
-class Served(Process):
     def __init__(self, log: Path, **settings: str) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        super().__init__(["serve", "--port", str(self.port)], log, settings)
-
-    def ready_status(self) -> int | None:
-        try:
-            return httpx.get(f"{self.url}/ready", timeout=5).status_code
-        except httpx.TransportError:
-            return None
-
-    def wait_ready(self, timeout: float = 900) -> float:
-        def ready() -> bool:
-            if self.proc.poll() is not None:
-                raise SystemExit(f"serve exited ({self.proc.returncode}); see {self.log}")
-            return self.ready_status() == 200
-
-        wait_for(ready, "the service is ready", timeout)
-        return time.monotonic() - self.started
-
-    def metrics(self) -> dict[str, float]:
-        """Every sample of /metrics, summed over labels by name."""
-        text = httpx.get(f"{self.url}/metrics", timeout=10).text
-        return parse_metrics(text, by="name")
+        super().__init__(log, reflectrm_env(settings))
 
     def post(self, body: dict[str, Any]) -> dict[str, Any]:
         """One judgment: its status, detail, Retry-After and when it was answered."""
@@ -241,13 +145,13 @@ def engine_kill(log: Path) -> dict[str, Any]:
         with ThreadPoolExecutor(4) as pool:
             calls = [pool.submit(s.post, {**LONG, "seed": i}) for i in range(3)]
             wait_for(engine_at_work(s, 3), "three judgments in flight, the engine generating", 300)
-            family = s.note_family()
-            core = s.engine_core()
+            family = noted(s)
+            core = engine_core(s)
             core_name = s.names.get(core.pid, "?")
             generated = s.metrics().get("vllm:generation_tokens_total")
             os.kill(core.pid, signal.SIGKILL)
             killed = time.monotonic()
-            watching = pool.submit(s.watch_family, killed, 180)
+            watching = pool.submit(watch_family, s, killed, 180)
             ready_seen: dict[str, int] = {}
             while s.proc.poll() is None and time.monotonic() - killed < 180:
                 status = str(s.ready_status() or "no answer (port closed)")
@@ -287,11 +191,11 @@ def sigterm(log: Path, grace_s: float) -> dict[str, Any]:
             wait_for(
                 engine_at_work(s, 2, generating=False, running=True), "two judgments running", 300
             )
-            family = s.note_family()
+            family = noted(s)
             running = s.metrics().get("vllm:num_requests_running")
             s.proc.send_signal(signal.SIGTERM)
             signalled = time.monotonic()
-            watching = pool.submit(s.watch_family, signalled, 300)
+            watching = pool.submit(watch_family, s, signalled, 300)
             not_ready_s = wait_for(lambda: s.ready_status() == 503, "/ready says 503", 30)
             refused = answered(s.post(SHORT), signalled)
             answers = {
@@ -332,7 +236,7 @@ def sigkill_judge(log: Path) -> dict[str, Any]:
         "--max-tokens",
         "1024",
     ]
-    p = Process(args, log, {})
+    p = Watched(reflectrm_command(*args), log, reflectrm_env())
     try:
         ready_s = wait_for(
             lambda: "vLLM engine ready" in p.stderr or p.proc.poll() is not None,
@@ -340,9 +244,9 @@ def sigkill_judge(log: Path) -> dict[str, Any]:
             900,
         )
         if p.proc.poll() is not None:
-            raise SystemExit(f"judge exited ({p.proc.returncode}); see {log}")
+            raise RunError(f"judge exited ({p.proc.returncode}); see {log}")
         time.sleep(2.0)  # the judgment under way
-        family = p.note_family()
+        family = noted(p)
         p.proc.send_signal(signal.SIGKILL)
         killed = time.monotonic()
         p.proc.wait(30)
@@ -350,7 +254,7 @@ def sigkill_judge(log: Path) -> dict[str, Any]:
             "engine_ready_s": round(ready_s, 1),
             "processes_at_kill": family,
             "exit_status": p.proc.returncode,
-            "after_kill": p.watch_family(killed),
+            "after_kill": watch_family(p, killed),
         }
     finally:
         p.stop()
@@ -363,7 +267,7 @@ def sigkill_serve(log: Path) -> dict[str, Any]:
         with ThreadPoolExecutor(1) as pool:
             call = pool.submit(s.post, {**LONG, "seed": 1})
             wait_for(engine_at_work(s, 1), "a judgment in flight, the engine generating", 300)
-            family = s.note_family()
+            family = noted(s)
             s.proc.send_signal(signal.SIGKILL)
             killed = time.monotonic()
             s.proc.wait(30)
@@ -373,7 +277,7 @@ def sigkill_serve(log: Path) -> dict[str, Any]:
             "processes_at_kill": family,
             "exit_status": s.proc.returncode,
             "client_in_flight": client,
-            "after_kill": s.watch_family(killed),
+            "after_kill": watch_family(s, killed),
         }
     finally:
         s.stop()
@@ -389,14 +293,17 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     log = args.out.with_suffix(".log")
     started = time.monotonic()
-    if args.fault == "engine-kill":
-        report = engine_kill(log)
-    elif args.fault == "sigterm":
-        report = sigterm(log, args.grace)
-    elif args.fault == "sigkill-judge":
-        report = sigkill_judge(log)
-    else:
-        report = sigkill_serve(log)
+    try:
+        if args.fault == "engine-kill":
+            report = engine_kill(log)
+        elif args.fault == "sigterm":
+            report = sigterm(log, args.grace)
+        elif args.fault == "sigkill-judge":
+            report = sigkill_judge(log)
+        else:
+            report = sigkill_serve(log)
+    except RunError as exc:  # the service exited early, or a step never happened
+        raise SystemExit(str(exc)) from None
     report = {"fault": args.fault, **report, "run_s": round(time.monotonic() - started, 1)}
     report = portable(report, ROOT)  # paths relative to the repository, not this machine's
     text = json.dumps(report, indent=2)

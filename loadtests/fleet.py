@@ -14,24 +14,22 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import httpx
 
 from loadtests.harness.metrics import parse_metrics
-from loadtests.harness.ports import free_port
+from loadtests.harness.ports import HOST, free_port
+from loadtests.harness.process import kill_group, launch, stop_process, wait_ready
 from reflectrm.engines.config import EngineConfig
 from reflectrm.engines.factory import resolve
 from reflectrm.engines.vllm_engine import vllm_serve_args
 
-HOST = "127.0.0.1"
 # Finished requests (a request aborted by its client is not counted here by vLLM 0.32).
 SUCCESS = "vllm:request_success_total"
 # The engine counters read from each replica's own /metrics.
@@ -45,49 +43,26 @@ COUNTERS = (
 )
 
 
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def stop_group(process: subprocess.Popen[Any], grace_s: float = 30.0) -> None:
-    """Stop a process started with ``start_new_session=True`` and everything in its group."""
-    pgid = process.pid
-    for sig, wait_s in ((signal.SIGINT, grace_s), (signal.SIGTERM, 10.0)):
-        if process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                process.send_signal(sig)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(wait_s)
-    # Children (engine core, workers) may outlive the server briefly; give them a moment.
-    deadline = time.monotonic() + 10.0
-    while _group_alive(pgid) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    if _group_alive(pgid):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pgid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        process.wait(10)
+    """Stop a process started in its own session and everything in its group: SIGINT (given
+    ``grace_s``), SIGTERM (10 s), SIGKILL to the group; children still ending (engine core,
+    workers) are given 10 s more, then SIGKILL too."""
+    stop_process(process, grace_s=(grace_s, 10.0), leftovers_s=10.0, leftovers_signal=None)
 
 
 @dataclass
 class Replica:
     name: str
     port: int
-    process: subprocess.Popen[Any]
-    log: IO[bytes]
+    proc: subprocess.Popen[Any]
+    log: Path
 
     @property
     def url(self) -> str:
         return f"http://{HOST}:{self.port}"
 
     def alive(self) -> bool:
-        return self.process.poll() is None
+        return self.proc.poll() is None
 
     def metrics(self) -> dict[str, float]:
         response = httpx.get(f"{self.url}/metrics", timeout=10)
@@ -96,13 +71,10 @@ class Replica:
 
     def crash(self) -> None:
         """Kill the replica and its engine processes at once (SIGKILL to its process group)."""
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGKILL)
-        self.process.wait(30)
+        kill_group(self.proc)
 
     def stop(self) -> None:
-        stop_group(self.process)
-        self.log.close()
+        stop_group(self.proc)
 
 
 def replica_config(
@@ -131,7 +103,6 @@ def start_replica(
     env = {**os.environ, **(extra_env or {})}
     if core is not None:
         env["VLLM_CPU_OMP_THREADS_BIND"] = str(core)
-    log = (log_dir / f"{name}.log").open("wb")
     command = [
         sys.executable,
         "-m",
@@ -140,45 +111,34 @@ def start_replica(
         "--disable-uvicorn-access-log",
         *extra_args,
     ]
-    process = subprocess.Popen(
-        command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env
-    )
-    return Replica(name, port, process, log)
+    log = log_dir / f"{name}.log"
+    return Replica(name, port, launch(command, log, env=env), log)
 
 
-def wait_healthy(url: str, process: subprocess.Popen[Any], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"{what} exited with {process.returncode} before it was ready")
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(f"{url}/health", timeout=5).status_code == 200:
-                return
-        time.sleep(1.0)
-    raise TimeoutError(f"{what} was not ready within {timeout_s:.0f} s")
+def wait_healthy(started: Replica | Router, timeout_s: float, what: str) -> None:
+    """GET /health answers 200 within ``timeout_s``; RunError past it or if the process exits."""
+    wait_ready(started.url, timeout_s, started, "/health", what=what)
 
 
 @dataclass
 class Router:
     port: int
     metrics_port: int
-    process: subprocess.Popen[Any]
-    log: IO[bytes]
+    proc: subprocess.Popen[Any]
+    log: Path
 
     @property
     def url(self) -> str:
         return f"http://{HOST}:{self.port}"
 
     def stop(self) -> None:
-        stop_group(self.process, grace_s=10.0)
-        self.log.close()
+        stop_group(self.proc, grace_s=10.0)
 
 
 def start_router(worker_urls: Sequence[str], log_dir: Path, policy: str) -> Router:
     """vllm-router in front of the replicas; health checked every 2 s so a dead replica leaves
     the hash ring quickly."""
     port, metrics_port = free_port(), free_port()
-    log = (log_dir / "router.log").open("wb")
     command = [
         str(Path(sys.executable).parent / "vllm-router"),
         "--host",
@@ -202,10 +162,8 @@ def start_router(worker_urls: Sequence[str], log_dir: Path, policy: str) -> Rout
         "--log-level",
         "warning",
     ]
-    process = subprocess.Popen(
-        command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-    )
-    return Router(port, metrics_port, process, log)
+    log = log_dir / "router.log"
+    return Router(port, metrics_port, launch(command, log), log)
 
 
 @dataclass
@@ -257,9 +215,9 @@ def local_fleet(
                 )
             )
         for r in started:
-            wait_healthy(r.url, r.process, start_timeout_s, f"{r.name} (log: {log_dir})")
+            wait_healthy(r, start_timeout_s, r.name)
         router = start_router([r.url for r in started], log_dir, policy)
-        wait_healthy(router.url, router.process, 120, f"vllm-router (log: {log_dir})")
+        wait_healthy(router, 120, "vllm-router")
         yield Fleet(started, router, config, log_dir)
     finally:
         if router is not None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import socket
+import sys
 import threading
 import time
 from collections import Counter
@@ -26,6 +26,10 @@ from typing import Any
 import httpx
 import uvicorn
 
+if __package__ in (None, ""):  # run as a script: make the repo importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from loadtests.harness.ports import free_port
 from reflectrm.app import create_app
 from reflectrm.engines.base import ChatMessage, GenerationResult, Prompt, SamplingSpec, plain_text
 from reflectrm.settings import Settings
@@ -82,9 +86,7 @@ def main() -> None:
 
     settings = Settings(swap_check_fraction=0.0, max_concurrent_judgments=1, max_queued_judgments=0)
     app = create_app(settings, engine=NeverAnswers())
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
+    port = free_port()
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
     server = uvicorn.Server(config)
     threading.Thread(target=server.run, daemon=True).start()

@@ -18,10 +18,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import signal
 import statistics
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -34,7 +32,7 @@ if __package__ in (None, ""):  # run as a script: make the repo importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from loadtests.harness.metrics import parse_metrics
-from loadtests.harness.ports import free_port
+from loadtests.harness.process import RunError, Service, launch_service, stop_process, wait_ready
 
 ROOT = Path(__file__).resolve().parents[1]
 PAIR = {
@@ -107,37 +105,19 @@ async def burst(url: str, n: int, retries: int, body: dict, timeout: float) -> d
     }
 
 
-def start_service(settings: list[str], log: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    env = {
-        **os.environ,
+def service_settings(items: list[str]) -> dict[str, str]:
+    """The service's settings: small defaults over the environment's, then ``--set`` items
+    (``name=value`` for REFLECTRM_NAME)."""
+    settings = {
         "PYTHONPATH": str(ROOT / "service"),
         "REFLECTRM_KV_CACHE_GIB": "2",
         "REFLECTRM_MAX_MODEL_LEN": "4096",
         "REFLECTRM_SWAP_CHECK_FRACTION": "0",
     }
-    for item in settings:
+    for item in items:
         name, _, value = item.partition("=")
-        env[f"REFLECTRM_{name.upper()}"] = value
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "reflectrm.cli", "serve", "--port", str(port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=log.open("w"),
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 900
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"the service exited ({proc.returncode}); see {log}")
-        try:
-            if httpx.get(f"{url}/ready", timeout=5).status_code == 200:
-                return proc, url
-        except httpx.TransportError:
-            pass
-        time.sleep(1)
-    proc.kill()
-    raise SystemExit("the service did not become ready")
+        settings[f"REFLECTRM_{name.upper()}"] = value
+    return settings
 
 
 def main() -> None:
@@ -154,18 +134,21 @@ def main() -> None:
     args = parser.parse_args()
     if not args.url and not args.serve:
         parser.error("give --url or --serve")
-    proc = None
+    service: Service | None = None
     url = args.url
-    if args.serve:
-        log = (args.out or Path("overload.json")).with_suffix(".serve.log")
-        proc, url = start_service(args.set, log)
     try:
+        if args.serve:
+            log = (args.out or Path("overload.json")).with_suffix(".serve.log")
+            service = launch_service(log, service_settings(args.set))
+            url = service.url
+            wait_ready(url, 900, service)
         body = {**PAIR, "mode": args.mode, "max_tokens": args.max_tokens}
         report = asyncio.run(burst(url, args.requests, args.retries, body, args.timeout))
+    except RunError as exc:
+        raise SystemExit(str(exc)) from None
     finally:
-        if proc is not None:
-            proc.send_signal(signal.SIGTERM)
-            report_exit = proc.wait(120)
+        if service is not None:  # SIGTERM: it drains; SIGKILL to its group past 120 s
+            stop_process(service.proc, grace_s=(120.0,), signals=(signal.SIGTERM,))
     report = {
         "settings": args.set,
         "mode": args.mode,
@@ -173,8 +156,8 @@ def main() -> None:
         "retries": args.retries,
         **report,
     }
-    if proc is not None:
-        report["service_exit_status"] = report_exit
+    if service is not None:
+        report["service_exit_status"] = service.proc.returncode
     text = json.dumps(report, indent=2)
     print(text)
     if args.out:

@@ -19,7 +19,6 @@ not be made.
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import json
 import os
 import signal
@@ -30,14 +29,15 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 if __package__ in (None, ""):  # run as a script: make the repo importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from loadtests.harness.ports import is_loopback
 from loadtests.harness.process import (
     RunError,
     Service,
+    launch,
     launch_service,
     stop_process,
     tail,
@@ -119,16 +119,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def is_loopback(url: str) -> bool:
-    host = urlsplit(url).hostname or ""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def start_service(out: Path, scenario: Scenario, args: argparse.Namespace) -> Service:
     """``reflectrm serve`` on a free loopback port. Admission limits given as options win over
     the environment, which wins over the runner's and the scenario's defaults."""
@@ -195,16 +185,7 @@ def run_locust(command: list[str], out: Path, timeout_s: float) -> int:
     """Run locust to its end (or ``timeout_s``); its output goes to locust.log. Its exit code."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
-    with (out / "locust.log").open("wb") as sink:
-        proc = subprocess.Popen(
-            command,
-            cwd=REPO,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    proc = launch(command, out / "locust.log", env=env, cwd=REPO)
     try:
         return proc.wait(timeout_s)
     except subprocess.TimeoutExpired:

@@ -16,6 +16,7 @@ import csv
 import email.utils
 import json
 import re
+import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -134,6 +135,20 @@ def latency(entries: Iterable[Entry]) -> dict[str, Any]:
     ]
     out["max"] = round(float(max(maxima)), 1) if maxima else None
     return out
+
+
+def latency_summary(seconds: Iterable[float]) -> dict[str, Any]:
+    """Count, median, mean, least and most of latencies in seconds (rounded to 0.01 s)."""
+    values = sorted(seconds)
+    if not values:
+        return {"n": 0, "p50_s": None, "mean_s": None, "max_s": None, "min_s": None}
+    return {
+        "n": len(values),
+        "p50_s": round(statistics.median(values), 2),
+        "mean_s": round(statistics.fmean(values), 2),
+        "min_s": round(values[0], 2),
+        "max_s": round(values[-1], 2),
+    }
 
 
 def _error_text(error: str) -> str:

@@ -11,12 +11,15 @@ once for the load scripts and the tests.
 ``prefix`` keeps only the names that start with it; ``names`` only those names, and with
 ``by="name"`` each of them is present (0.0 when it has no sample). Comment and blank lines are
 skipped, and so is a sample whose value is not a number.
+
+``by_label(values, name, label)`` regroups values keyed by series (a scrape, or the change
+between two) by one label's value.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Literal, NamedTuple, overload
 
 Labels = frozenset[tuple[str, str]]
@@ -97,3 +100,18 @@ def parse_metrics(
     for s in keep:
         totals[s.name] = totals.get(s.name, 0.0) + s.value
     return totals
+
+
+def by_label(values: Mapping[str, float], name: str, label: str) -> dict[str, float]:
+    """Values keyed by series as written (``parse_metrics``'s default, or a change between two
+    scrapes) of metric ``name``, keyed by the value of ``label`` and summed over the other
+    labels; a series without that label is keyed by ""."""
+    out: dict[str, float] = {}
+    for series, value in values.items():
+        base, brace, rest = series.partition("{")
+        if base != name:
+            continue
+        labels = {k: _unescape(v) for k, v in _LABEL.findall(brace + rest)}
+        key = labels.get(label, "")
+        out[key] = out.get(key, 0.0) + value
+    return out

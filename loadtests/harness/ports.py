@@ -1,8 +1,10 @@
-"""A free TCP port on the loopback interface."""
+"""The loopback interface: a free TCP port on it, and whether a URL points at it."""
 
 from __future__ import annotations
 
+import ipaddress
 import socket
+from urllib.parse import urlsplit
 
 HOST = "127.0.0.1"
 
@@ -12,3 +14,14 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind((HOST, 0))
         return int(s.getsockname()[1])
+
+
+def is_loopback(url: str) -> bool:
+    """Whether ``url``'s host is ``localhost`` or a loopback address (127.0.0.0/8, ::1)."""
+    host = urlsplit(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

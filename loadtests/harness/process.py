@@ -1,7 +1,9 @@
-"""Starting a service and stopping any child process in its own process group, for the load
-scripts: ``reflectrm serve`` on a free loopback port (``launch_service``), GET /ready until it
-answers (``wait_ready``), and ``stop_process``: SIGINT, SIGTERM, then SIGKILL to the child's
-group, so that no engine process is left behind."""
+"""Starting a process in its own session and stopping it with its whole process group, for the
+load scripts and the tests: ``launch`` (any command, its output in a log), ``launch_service``
+(``reflectrm serve`` on a free loopback port), ``wait_ready`` (GET /ready, or /health, until it
+answers), ``wait_for`` (a condition, polled), ``stop_process`` (SIGINT, SIGTERM, then SIGKILL to
+the child's group, so that no engine process is left behind) and ``kill_group`` (SIGKILL to the
+group at once, as a machine failure would)."""
 
 from __future__ import annotations
 
@@ -12,18 +14,49 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
-from loadtests.harness.ports import free_port
+from loadtests.harness.ports import HOST, free_port
 
 
 class RunError(Exception):
     """The run could not be made (exit code 2)."""
+
+
+class Running(Protocol):
+    """A started process and its log: a ``Service``, a fleet's replica or router."""
+
+    @property
+    def proc(self) -> subprocess.Popen[Any]: ...
+
+    @property
+    def log(self) -> Path: ...
+
+
+def launch(
+    command: Sequence[str],
+    log: Path,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+) -> subprocess.Popen[bytes]:
+    """``command`` in a session (and process group) of its own, stdin from /dev/null, stdout and
+    stderr into ``log``: Ctrl-C reaches the caller only, which stops it in order with
+    ``stop_process``."""
+    with log.open("wb") as sink:
+        return subprocess.Popen(
+            list(command),
+            cwd=cwd,
+            env=None if env is None else dict(env),
+            stdin=subprocess.DEVNULL,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
 
 @contextlib.contextmanager
@@ -40,16 +73,30 @@ def signals_held() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def stop_process(proc: subprocess.Popen[Any], grace_s: Sequence[float] = (60.0, 30.0)) -> None:
-    """SIGINT, then SIGTERM, each given its time; then SIGKILL to the process group the child
-    leads (it was started in its own session), so that no engine process is left behind.
-    Bounded by ``sum(grace_s)`` plus the kill; Ctrl-C does not interrupt it."""
+def stop_process(
+    proc: subprocess.Popen[Any],
+    grace_s: Sequence[float] = (60.0, 30.0),
+    *,
+    signals: Sequence[signal.Signals] = (signal.SIGINT, signal.SIGTERM),
+    leftovers_s: float = 15.0,
+    leftovers_signal: signal.Signals | None = signal.SIGTERM,
+) -> None:
+    """``signals`` to the child in turn (SIGINT, then SIGTERM), each given its time
+    (``grace_s``, one per signal); then SIGKILL to the process group the child leads (it was
+    started in its own session, by ``launch``). Then what is left of the group (an engine whose
+    server crashed, or one still ending): ``leftovers_signal`` (None: no signal, they are only
+    waited for), up to ``leftovers_s``, then SIGKILL. Stopped by pid and group id only, never by
+    name. Bounded by ``sum(grace_s) + leftovers_s`` plus the kills; Ctrl-C does not interrupt
+    it."""
     with signals_held():
-        _stop(proc, grace_s)
+        _stop(proc, signals, grace_s)
+        _end_group(proc.pid, leftovers_s, leftovers_signal)
 
 
-def _stop(proc: subprocess.Popen[Any], grace_s: Sequence[float]) -> None:
-    for sig, wait_s in zip((signal.SIGINT, signal.SIGTERM), grace_s, strict=True):
+def _stop(
+    proc: subprocess.Popen[Any], signals: Sequence[signal.Signals], grace_s: Sequence[float]
+) -> None:
+    for sig, wait_s in zip(signals, grace_s, strict=True):
         if proc.poll() is not None:
             break
         proc.send_signal(sig)
@@ -62,29 +109,39 @@ def _stop(proc: subprocess.Popen[Any], grace_s: Sequence[float]) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-    _end_group(proc.pid)
 
 
 def _group_alive(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
-        return True
     except ProcessLookupError:
         return False
+    except PermissionError:  # a member runs as another user: still there
+        return True
+    return True
 
 
-def _end_group(pgid: int, grace_s: float = 15.0) -> None:
-    """Processes left in the stopped child's group (an engine whose server crashed): SIGTERM,
-    then SIGKILL."""
+def _end_group(pgid: int, grace_s: float, first: signal.Signals | None) -> None:
+    """Processes left in the stopped child's group: ``first`` (if any), up to ``grace_s`` for
+    them to end, then SIGKILL."""
     if not _group_alive(pgid):
         return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, signal.SIGTERM)
+    if first is not None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, first)
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline and _group_alive(pgid):
-        time.sleep(0.5)
+        time.sleep(0.2)
+    if _group_alive(pgid):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)
+
+
+def kill_group(proc: subprocess.Popen[Any], wait_s: float = 30.0) -> None:
+    """SIGKILL to the group the child leads, at once (a crash, not a stop), and reap it."""
     with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, signal.SIGKILL)
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(wait_s)
 
 
 def tail(path: Path, lines: int = 20) -> str:
@@ -105,32 +162,30 @@ def launch_service(log: Path, settings: dict[str, str]) -> Service:
     """``reflectrm serve`` with these REFLECTRM_* settings over the environment's, on a free
     loopback port, in its own session, its output in ``log``. Stop it with ``stop_process``."""
     port = free_port()
-    settings = {**settings, "REFLECTRM_HOST": "127.0.0.1", "REFLECTRM_PORT": str(port)}
+    settings = {**settings, "REFLECTRM_HOST": HOST, "REFLECTRM_PORT": str(port)}
     script = Path(sys.executable).with_name("reflectrm")
     command = [str(script)] if script.is_file() else [sys.executable, "-m", "reflectrm.cli"]
-    with log.open("wb") as sink:
-        proc = subprocess.Popen(
-            [*command, "serve"],
-            env={**os.environ, **settings},
-            stdin=subprocess.DEVNULL,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # Ctrl-C reaches the runner only, which stops it in order
-        )
-    return Service(proc=proc, url=f"http://127.0.0.1:{port}", log=log, settings=settings)
+    proc = launch([*command, "serve"], log, env={**os.environ, **settings})
+    return Service(proc=proc, url=f"http://{HOST}:{port}", log=log, settings=settings)
 
 
 def wait_ready(
-    url: str, timeout_s: float, service: Service | None = None, path: str = "/ready"
+    url: str,
+    timeout_s: float,
+    service: Running | None = None,
+    path: str = "/ready",
+    *,
+    poll_s: float = 1.0,
+    what: str = "the service",
 ) -> float:
-    """Seconds until GET ``path`` answers 200; RunError past ``timeout_s`` or if the service
-    exits."""
+    """Seconds until GET ``path`` answers 200, asked every ``poll_s``; RunError past
+    ``timeout_s`` or if ``service``'s process exits (``what`` names it in the message)."""
     started = time.monotonic()
     last = "no answer"
     while time.monotonic() - started < timeout_s:
         if service is not None and service.proc.poll() is not None:
             raise RunError(
-                f"the service exited with code {service.proc.returncode} before it was ready; "
+                f"{what} exited with code {service.proc.returncode} before it was ready; "
                 f"the end of {service.log}:\n{tail(service.log)}"
             )
         try:
@@ -140,5 +195,17 @@ def wait_ready(
             last = f"{r.status_code} {r.text[:200]}"
         except httpx.HTTPError as exc:
             last = f"{type(exc).__name__}: {exc}"
-        time.sleep(1.0)
+        time.sleep(poll_s)
     raise RunError(f"{url}{path} did not answer 200 within {timeout_s:g} s (last: {last})")
+
+
+def wait_for(
+    condition: Callable[[], bool], what: str, timeout_s: float, poll_s: float = 0.1
+) -> float:
+    """Seconds until ``condition()`` held, asked every ``poll_s``; RunError past ``timeout_s``."""
+    started = time.monotonic()
+    while not condition():
+        if time.monotonic() - started > timeout_s:
+            raise RunError(f"never happened within {timeout_s:.0f} s: {what}")
+        time.sleep(poll_s)
+    return time.monotonic() - started

@@ -7,8 +7,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -16,16 +14,17 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import psutil
 from schemathesis import GenerationMode
 
+from loadtests.harness.family import Watched, WatchedServe, reflectrm_command, reflectrm_env
 from loadtests.harness.metrics import parse_metrics
-from loadtests.harness.ports import free_port
+from loadtests.harness.process import wait_for as harness_wait_for
 from tests import fuzzing
 from tests.e2e.conftest import LiveService
 
 ROOT = Path(__file__).resolve().parents[2]
-PAIR = {
+PYTHONPATH = (ROOT / "service", ROOT)
+PAIR: dict[str, Any] = {
     "prompt": "What is the capital of France?",
     "responses": ["The capital of France is Paris.", "The capital of France is Berlin."],
 }
@@ -112,92 +111,20 @@ def test_fuzzing_against_the_real_engine(live: LiveService):
 # --- a service of its own, as a subprocess -----------------------------------------------------
 
 
-class Served:
+class Served(WatchedServe):
     """`reflectrm serve` with its own engine, logs in files, every process of it tracked."""
 
     def __init__(self, tmp: Path, **settings: str) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        env = {
-            **os.environ,
-            "PYTHONPATH": f"{ROOT / 'service'}{os.pathsep}{ROOT}",
-            "REFLECTRM_KV_CACHE_GIB": "1",
-            "REFLECTRM_MAX_MODEL_LEN": "4096",
-            "REFLECTRM_MAX_TOKENS": "48",
-            "REFLECTRM_SWAP_CHECK_FRACTION": "0",
-            "REFLECTRM_REQUEST_TIMEOUT_S": "600",
-            **{f"REFLECTRM_{k.upper()}": v for k, v in settings.items()},
-        }
-        self.stderr_path = tmp / "serve.stderr"
-        self._stderr = self.stderr_path.open("w")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "reflectrm.cli", "serve", "--port", str(self.port)],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=self._stderr,
-        )
-        self.family: list[psutil.Process] = []
-
-    @property
-    def stderr(self) -> str:
-        return self.stderr_path.read_text(errors="replace")
-
-    def wait_ready(self, timeout: float = 900) -> None:
-        deadline = time.monotonic() + timeout
-        while self.ready_status() != 200:
-            assert self.proc.poll() is None, f"serve exited: {self.stderr[-3000:]}"
-            assert time.monotonic() < deadline, "the engine did not start in time"
-            time.sleep(1)
-
-    def ready_status(self) -> int | None:
-        try:
-            return httpx.get(f"{self.url}/ready", timeout=5).status_code
-        except httpx.TransportError:
-            return None
+        super().__init__(tmp / "serve.stderr", reflectrm_env(settings, pythonpath=PYTHONPATH))
 
     def in_flight(self) -> float:
         text = httpx.get(f"{self.url}/metrics", timeout=10).text
         return parse_metrics(text)["reflectrm_judgments_in_flight"]
 
-    def note_family(self) -> list[psutil.Process]:
-        """Every process of the service now: itself, the engine's, the reaper."""
-        me = psutil.Process(self.proc.pid)
-        self.family = [me, *me.children(recursive=True)]
-        return self.family
-
-    def engine_core(self) -> psutil.Process:
-        for p in psutil.Process(self.proc.pid).children(recursive=True):
-            with contextlib.suppress(psutil.Error):
-                if "EngineCore" in p.name() or "EngineCore" in " ".join(p.cmdline()):
-                    return p
-        raise AssertionError("no engine core process")
-
-    def left_running(self) -> list[psutil.Process]:
-        return [p for p in self.family if alive(p)]
-
-    def stop(self) -> None:
-        """Whatever still runs of it (a failed test) is killed."""
-        if self.proc.poll() is None:
-            self.note_family()
-        for p in self.left_running():
-            with contextlib.suppress(psutil.Error):
-                p.kill()
-        self.proc.wait(30)
-        self._stderr.close()
-
-
-def alive(p: psutil.Process) -> bool:
-    try:
-        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
 
 def wait_for(condition: Callable[[], bool], what: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"never happened: {what}"
-        time.sleep(0.2)
+    """``condition`` holds within ``timeout`` s (RunError otherwise), asked every 0.2 s."""
+    harness_wait_for(condition, what, timeout, poll_s=0.2)
 
 
 @contextlib.contextmanager
@@ -207,7 +134,7 @@ def serving(tmp_path: Path, **settings: str) -> Iterator[Served]:
         served.wait_ready()
         yield served
     finally:
-        served.stop()
+        served.stop(signals=(signal.SIGKILL,))  # whatever still runs of it (a failed test)
 
 
 def post(url: str, body: dict) -> httpx.Response:
@@ -220,6 +147,7 @@ def test_engine_killed_mid_load_in_flight_503_ready_503_exit_1_nothing_left(tmp_
         wait_for(lambda: s.in_flight() == 3, "three judgments in flight", 120)
         family = s.note_family()
         core = s.engine_core()
+        assert core is not None, "no engine core process"
         os.kill(core.pid, signal.SIGKILL)
         killed = time.monotonic()
         # In flight: 503 saying why, long before their 600 s deadline (the client waits 600 s).
@@ -267,53 +195,24 @@ def test_sigterm_drains_in_flight_finish_or_are_aborted_exit_0_quietly_nothing_l
 
 
 def test_a_judge_command_killed_with_sigkill_leaves_no_engine_processes(tmp_path):
-    stderr_path = tmp_path / "judge.stderr"
-    env = {
-        **os.environ,
-        "PYTHONPATH": f"{ROOT / 'service'}{os.pathsep}{ROOT}",
-        "REFLECTRM_KV_CACHE_GIB": "1",
-        "REFLECTRM_MAX_MODEL_LEN": "4096",
-    }
-    with stderr_path.open("w") as stderr:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "reflectrm.cli",
-                "judge",
-                "--prompt",
-                PAIR["prompt"],
-                "--response1",
-                PAIR["responses"][0],
-                "--response2",
-                PAIR["responses"][1],
-                "--max-tokens",
-                "1024",
-            ],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
+    defaults = {"REFLECTRM_KV_CACHE_GIB": "1", "REFLECTRM_MAX_MODEL_LEN": "4096"}
+    args = ["judge", "--prompt", PAIR["prompt"]]
+    args += ["--response1", PAIR["responses"][0], "--response2", PAIR["responses"][1]]
+    args += ["--max-tokens", "1024"]
+    env = reflectrm_env(defaults=defaults, pythonpath=PYTHONPATH)
+    p = Watched(reflectrm_command(*args), tmp_path / "judge.stderr", env)
+    try:
+        wait_for(
+            lambda: "vLLM engine ready" in p.stderr or p.proc.poll() is not None,
+            "the engine is up",
+            900,
         )
-        family: list[psutil.Process] = []
-        try:
-            wait_for(
-                lambda: (
-                    "vLLM engine ready" in stderr_path.read_text(errors="replace")
-                    or proc.poll() is not None
-                ),
-                "the engine is up",
-                900,
-            )
-            assert proc.poll() is None, stderr_path.read_text()[-3000:]
-            me = psutil.Process(proc.pid)
-            family = [me, *me.children(recursive=True)]
-            assert any("EngineCore" in p.name() for p in family)
-            proc.send_signal(signal.SIGKILL)
-            proc.wait(30)
-            # Before the reaper, the engine core and its worker lived on under init.
-            wait_for(lambda: not [p for p in family if alive(p)], "the engine's processes end", 60)
-        finally:
-            for p in [*family, *([] if family else [psutil.Process(proc.pid)])]:
-                with contextlib.suppress(psutil.Error):
-                    p.kill()
-            proc.wait(30)
+        assert p.proc.poll() is None, p.stderr[-3000:]
+        family = p.note_family()
+        assert any("EngineCore" in q.name() for q in family)
+        p.proc.send_signal(signal.SIGKILL)
+        p.proc.wait(30)
+        # Before the reaper, the engine core and its worker lived on under init.
+        wait_for(lambda: not p.left_running(), "the engine's processes end", 60)
+    finally:
+        p.stop(signals=(signal.SIGKILL,))

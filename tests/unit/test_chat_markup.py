@@ -453,7 +453,7 @@ def test_split_special_tokens_alone_would_still_make_added_tokens(thinking_token
 
 
 def test_the_hostile_text_attacks_add_control_tokens_only_unprotected(smol_tokenizer: Any) -> None:
-    from loadtests.hostile_text import ATTACKS, UnprotectedEngine, markdown
+    from studies.hostile_text import ATTACKS, UnprotectedEngine, markdown
 
     tok = smol_tokenizer
     served = make_engine("vllm", tok)

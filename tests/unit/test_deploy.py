@@ -10,7 +10,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -21,6 +20,7 @@ import jsonschema
 import pytest
 import yaml
 
+from loadtests.harness.ports import free_port
 from reflectrm.settings import Settings
 from tests.conftest import SHARED_DATA, require, unavailable
 
@@ -391,9 +391,7 @@ def test_healthcheck_follows_the_configured_port():
         ok = subprocess.run([sys.executable, "-c", command], env={"REFLECTRM_PORT": port})
         assert ok.returncode == 0
         assert seen == ["/ready"]
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            closed = str(s.getsockname()[1])
+        closed = str(free_port())
         down = subprocess.run(
             [sys.executable, "-c", command], env={"REFLECTRM_PORT": closed}, capture_output=True
         )

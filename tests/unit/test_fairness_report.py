@@ -4,18 +4,17 @@ headline and the Markdown table, on hand-made input."""
 from __future__ import annotations
 
 from loadtests.fairness import (
-    by_label,
     delta,
     engine_requests,
     gauge_summary,
     headline,
-    latency_summary,
     markdown,
     queued_seconds,
     reused,
     statuses,
 )
-from loadtests.harness.metrics import parse_metrics
+from loadtests.harness.metrics import by_label, parse_metrics
+from loadtests.summary import latency_summary
 
 SCRAPE = """\
 # HELP reflectrm_engine_requests_total Completed engine requests.

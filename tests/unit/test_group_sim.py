@@ -1,4 +1,4 @@
-"""The group-strategy simulator (loadtests/group_sim.py) on tiny seeded cases, and the judgment
+"""The group-strategy simulator (studies/group_sim.py) on tiny seeded cases, and the judgment
 counts table of docs/rlhf.md against the designs."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.group_sim import (
+from reflectrm.judging.groups import Comparison
+from studies.group_sim import (
     Group,
     SyntheticJudge,
     count_table,
@@ -20,7 +21,6 @@ from loadtests.group_sim import (
     simulate,
     top1,
 )
-from reflectrm.judging.groups import Comparison
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "rlhf.md"
 

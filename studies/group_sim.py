@@ -35,7 +35,7 @@ The row ``knockout+survival`` is not a strategy of the service: the same knockou
 rewarded by the mean of the share of rounds survived and the Bradley-Terry win share, kept as the
 evidence for rewarding a knockout by the fit alone.
 
-    PYTHONPATH=service .venv/bin/python -m loadtests.group_sim --out docs/group-sim
+    PYTHONPATH=service .venv/bin/python -m studies.group_sim --out docs/group-sim
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ from reflectrm.judging.types import EngineUsage, Judgment, Trace
 SIZES = (4, 8, 16)
 DEBIAS: tuple[Debias, ...] = ("none", "swap")
 KNOCKOUT_SURVIVAL = "knockout+survival"
-COMMAND = "PYTHONPATH=service .venv/bin/python -m loadtests.group_sim"
+COMMAND = "PYTHONPATH=service .venv/bin/python -m studies.group_sim"
 
 
 @dataclass(frozen=True)
@@ -366,7 +366,7 @@ def markdown(cells: dict[Key, Cell], params: dict[str, Any], command: str = COMM
         "Parameters: " + ", ".join(f"{k} = {v}" for k, v in params.items()) + ". "
         "Kendall tau-b of the rewards against the latent qualities and top-1 accuracy, mean over "
         "the groups (± one standard error); judgments per group. The judge and the metrics are "
-        "described in `loadtests/group_sim.py`; `knockout+survival` is not a strategy of the "
+        "described in `studies/group_sim.py`; `knockout+survival` is not a strategy of the "
         "service (see there).",
     ]
     by_key = {(r["n"], r["position_bias"], r["strategy"], r["debias"]): r for r in rows}

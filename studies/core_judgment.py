@@ -1,7 +1,7 @@
 """Measure the core judgment on the real engine: parseable stage-1 verdicts with and without
 format enforcement, and the wall time of one ReflectRM judgment at the default settings.
 
-    .venv/bin/python loadtests/core_judgment.py --pairs 20 --parse-max-tokens 256 \
+    .venv/bin/python studies/core_judgment.py --pairs 20 --parse-max-tokens 256 \
         --timed-pairs 3 --out runs/core_judgment.json
 """
 

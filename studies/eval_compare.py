@@ -2,7 +2,7 @@
 and how much engine work did each run ask for? Used to check that sharing stage-1 samples across
 modes (the default) gives the same results as sampling per mode (``--no-share-samples``).
 
-    .venv/bin/python loadtests/eval_compare.py runs/eval/per-mode runs/eval/shared
+    .venv/bin/python studies/eval_compare.py runs/eval/per-mode runs/eval/shared
 
 Each argument is an --out-dir (or its results.jsonl). Records are compared by key (dataset,
 pair, mode, order) on every field but the measured latency; engine work is the sum of the

@@ -1,6 +1,6 @@
 """CPU time the engine reaper's watchdog spends while it watches a running engine.
 
-    .venv/bin/python -m loadtests.reaper_cpu
+    .venv/bin/python -m studies.reaper_cpu
 
 Starts a stand-in engine (a process with a child, as vLLM's engine core has its worker), lets
 the reaper watch it, and reads the watchdog's CPU time over 30 seconds."""

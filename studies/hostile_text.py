@@ -20,7 +20,7 @@ the model (``turn_injection``, ``system_injection``, ``end_of_text``), and paddi
 praise of itself, no markup, no claim of a verdict).
 
     flock /tmp/reflectrm-engine.lock env PYTHONPATH=service .venv/bin/python \\
-        loadtests/hostile_text.py --pairs 3 --samples 8 --max-tokens 40 \\
+        studies/hostile_text.py --pairs 3 --samples 8 --max-tokens 40 \\
         --out docs/hostile-text/hostile_text.json
 """
 
@@ -264,7 +264,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="the JSON report; its Markdown table beside it")
     args = parser.parse_args()
     report = asyncio.run(run(args))
-    report["command"] = " ".join(["loadtests/hostile_text.py", *sys.argv[1:]])
+    report["command"] = " ".join(["studies/hostile_text.py", *sys.argv[1:]])
     text = json.dumps(report, indent=2)
     print(text)
     print(markdown(report))
