@@ -80,7 +80,13 @@ def check_artifact(artifact: Path, manifest: dict[str, Any], gguf: Path | None) 
 
 
 def judge_dir(cache_dir: Path, manifest: dict[str, Any]) -> Path:
-    return cache_dir / "models" / f"{manifest['name']}-{manifest['files'][ADAPTER_WEIGHTS][:12]}"
+    """The built checkpoint's folder: named by the artifact's name and a digest of every file it
+    is built from (the adapter, and the verdict head when there is one)."""
+    built_from = sorted(
+        (n, h) for n, h in manifest["files"].items() if n in (ADAPTER_WEIGHTS, PROBE_WEIGHTS)
+    )
+    digest = hashlib.sha256(json.dumps(built_from).encode()).hexdigest()[:12]
+    return cache_dir / "models" / f"{manifest['name']}-{digest}"
 
 
 def prepare_judge(

@@ -1,4 +1,4 @@
-"""loadtests/swap_consistency.py: the offline figure it compares the online rate with, by hand."""
+"""studies/swap_consistency.py: the offline figure it compares the online rate with, by hand."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.swap_consistency import offline_consistency, wilson
+from studies.swap_consistency import offline_consistency, wilson
 
 
 def _row(pair: str, chosen_at: int, winner: int | None, mode: str = "single") -> dict:

@@ -66,7 +66,7 @@ class ProbeConfig:
     threads: int = 0
     checkpoint_every_s: float = 120.0
     folds: int = 5
-    penalties: tuple[float, ...] = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1)
+    penalties: tuple[float, ...] = (1e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0, 3.0)
     # The head's margin is multiplied by this before it is written into the model (1: as fitted).
     scale: float = 1.0
 

@@ -9,7 +9,7 @@ the same pairs judged in both orders by ``reflectrm eval`` (its ``results.jsonl`
 the share of pairs whose two orders name the same response, among those with a verdict in both.
 Both with a Wilson 95% interval; the JSON output holds both and every check's result.
 
-    env PYTHONPATH=service .venv/bin/python -m loadtests.swap_consistency \\
+    env PYTHONPATH=service .venv/bin/python -m studies.swap_consistency \\
         --pairs runs/heldout.jsonl.gz --limit 100 --model service/reflectrm/artifacts/judge \\
         --offline runs/judge-eval/heldout/results.jsonl --out docs/online-consistency
 """
