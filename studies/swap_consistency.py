@@ -112,7 +112,12 @@ def checks(url: str) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--pairs", required=True, type=Path)
-    p.add_argument("--limit", type=int, default=100, help="the first N pairs of the file")
+    p.add_argument(
+        "--limit",
+        type=int,
+        default=100,
+        help="the first N pairs of the file (with --offline: of those the offline run judged)",
+    )
     p.add_argument("--model", required=True)
     p.add_argument("--mode", default="single")
     p.add_argument("--max-tokens", type=int, default=64)
@@ -123,7 +128,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ready-timeout", type=float, default=900.0)
     args = p.parse_args(argv)
 
-    pairs = list(read_pairs(args.pairs))[: args.limit]
+    pairs = list(read_pairs(args.pairs))
+    if args.offline is not None:
+        judged = {json.loads(line).get("pair_id") for line in args.offline.read_text().splitlines()}
+        pairs = [p for p in pairs if p.id in judged]
+    pairs = pairs[: args.limit]
     args.out.mkdir(parents=True, exist_ok=True)
     settings = {
         "REFLECTRM_MODEL": args.model,

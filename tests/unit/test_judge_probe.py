@@ -12,7 +12,7 @@ from safetensors.torch import save_file
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from reflectrm.judge_artifact import PROBE_WEIGHTS, ArtifactError, apply_probe, merge_adapter
-from reflectrm.training.probe import evaluate_head, fit_head, summarize, wilson
+from reflectrm.training.probe import evaluate_head, fit_head, partner_index, summarize, wilson
 
 ONE, TWO = 5, 9
 
@@ -142,3 +142,38 @@ def test_the_figures_by_hand() -> None:
     low, high = wilson(3, 6)
     assert low == pytest.approx(0.1876, abs=1e-3)
     assert high == pytest.approx(0.8124, abs=1e-3)
+
+
+def test_partners_are_the_two_orders_of_a_pair() -> None:
+    items = [{"pair_id": p} for p in ("a", "b", "a", "c", "b")]
+    assert partner_index(items).tolist() == [[0, 2], [1, 4]]
+
+
+def test_the_consistency_term_makes_the_two_orders_margins_opposite() -> None:
+    # Per pair, t = +1 when slot 1 holds the chosen response in the first order. Axis 0 flips
+    # with the order and says t weakly; axis 1 says t strongly but carries noise that is the
+    # same in both orders (so using it makes the two orders' margins disagree). Without the
+    # term the head leans on axis 1; with a heavy one the two orders' margins nearly cancel.
+    g = torch.Generator().manual_seed(2)
+    n = 400
+    t = torch.where(torch.rand(n, generator=g) < 0.5, 1.0, -1.0)
+    weak = 0.3 * t + torch.randn(n, generator=g)
+    same = 2.0 * torch.randn(n, generator=g)
+    hidden = torch.zeros(2 * n, 2)
+    hidden[0::2, 0], hidden[1::2, 0] = weak, -weak
+    hidden[0::2, 1], hidden[1::2, 1] = t + same, -t + same
+    label = torch.empty(2 * n, dtype=torch.long)
+    label[0::2] = torch.where(t > 0, 1, 2)
+    label[1::2] = torch.where(t > 0, 2, 1)
+    partners = partner_index([{"pair_id": str(k // 2)} for k in range(2 * n)])
+    margin = torch.zeros(2 * n)
+
+    def asymmetry(v: torch.Tensor) -> float:
+        z = hidden @ v
+        return float(((z[partners[:, 0]] + z[partners[:, 1]]) ** 2).mean())
+
+    loose = fit_head(hidden, margin, label, 1e-3, 0.0, partners)
+    tight = fit_head(hidden, margin, label, 1e-3, 10.0, partners)
+    assert asymmetry(loose) > 0.1
+    assert asymmetry(tight) < asymmetry(loose) / 20
+    assert abs(float(tight[1])) < abs(float(loose[1]))

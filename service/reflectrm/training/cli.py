@@ -427,7 +427,15 @@ def run_probe(args: argparse.Namespace) -> int:
         args.fit_only,
         heldout=heldout,
     )
-    print(json.dumps({"penalty": report["penalty"], **report["cross_validated"]["all"]}))
+    print(
+        json.dumps(
+            {
+                "penalty": report["penalty"],
+                "consistency": report["consistency"],
+                **report["cross_validated"]["all"],
+            }
+        )
+    )
     if args.heldout:
         print(json.dumps({"heldout": report["heldout"]["with_head"]["all"]}))
     return 0

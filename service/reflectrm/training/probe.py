@@ -52,6 +52,7 @@ from reflectrm.training.judge import (
 
 FEATURES_FILE = "features.pt"
 HELDOUT_FEATURES_FILE = "heldout-features.pt"
+COPY_FEATURES_FILE = "copy-features.pt"
 HELDOUT_REPORT_FILE = "heldout-report.json"
 PROBE_FILE = "probe.safetensors"
 REPORT_FILE = "probe-report.json"
@@ -66,9 +67,18 @@ class ProbeConfig:
     threads: int = 0
     checkpoint_every_s: float = 120.0
     folds: int = 5
-    penalties: tuple[float, ...] = (1e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0, 3.0)
+    penalties: tuple[float, ...] = (1e-3,)
+    # Weights of the consistency term: the mean of (margin in one order + margin in the other)^2
+    # over the pairs, which pushes the head toward features that flip with the order.
+    consistencies: tuple[float, ...] = (0.0, 0.1, 0.3)
     # The head's margin is multiplied by this before it is written into the model (1: as fitted).
     scale: float = 1.0
+    # The copy positions: the verdict's two digits (``<Result>Response k is better than Response
+    # j``), read from this many pairs (both orders) with the whole target; the head is kept
+    # orthogonal to their ``copy_directions`` main directions, so the judge still copies its
+    # decision into the verdict and names the other response second.
+    copy_pairs: int = 150
+    copy_directions: int = 16
 
 
 # --- features --------------------------------------------------------------------------------
@@ -198,6 +208,67 @@ def extract_features(
     return {"items": len(state["items"]), "planned": len(plan), "seconds": state["seconds"]}
 
 
+def extract_copy_features(
+    model_dir: Path, pairs: Sequence[Pair], out: Path, config: ProbeConfig
+) -> dict[str, Any]:
+    """The final-norm hidden states and digit margins at the verdict's two digit positions
+    (after the decision), for the first ``copy_pairs`` pairs of the plan in both orders, with
+    the whole target; saved in ``out/copy-features.pt`` (made once)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from reflectrm.engines.chat import ChatRenderer
+
+    path = out / COPY_FEATURES_FILE
+    if path.is_file():
+        return dict(torch.load(path, weights_only=False))
+    precision = resolve_precision(config.precision)
+    torch.set_num_threads(config.threads or os.cpu_count() or 1)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    model.eval()
+    tokens = tokenize_targets(tokenizer)
+    one, two = digit_ids(tokenizer)
+    short = replace(config, max_pairs=config.copy_pairs)
+    plan = probe_plan(pairs, ChatRenderer(tokenizer), tokenizer, short)
+    captured: dict[str, Any] = {}
+    hook = model.model.norm.register_forward_hook(
+        lambda _m, _i, output: captured.__setitem__("h", output)
+    )
+    hidden, margin = [], []
+    try:
+        for item in plan:
+            target = tokens.targets[("preference", item["label"])]
+            ids = list(item["ids"]) + list(target[tokens.decision["preference"] :])
+            start = len(item["ids"])  # the decision token's index in ids
+            with (
+                torch.no_grad(),
+                torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"),
+            ):
+                logits = model(input_ids=torch.tensor([ids], dtype=torch.long)).logits[0]
+            h = captured["h"][0].float()
+            later = [k for k in range(start + 1, len(ids)) if ids[k] in (one, two)]
+            for k in later:  # the state at k - 1 predicts token k
+                hidden.append(h[k - 1].clone())
+                margin.append(float(logits[k - 1, one].float() - logits[k - 1, two].float()))
+    finally:
+        hook.remove()
+    state = {"hidden": hidden, "margin": margin, "items": len(plan)}
+    _save(path, state)
+    return state
+
+
+def copy_projector(copy_hidden: Any, directions: int) -> Any:
+    """I - B B^T, B the ``directions`` main (uncentred) directions of the copy positions'
+    hidden states: a head of the form P v is nearly blind at those positions."""
+    import torch
+
+    x = copy_hidden.double()
+    _, _, vt = torch.linalg.svd(x, full_matrices=False)
+    basis = vt[:directions].T
+    return torch.eye(x.shape[1], dtype=torch.float64) - basis @ basis.T
+
+
 def _save(path: Path, state: dict[str, Any]) -> None:
     import torch
 
@@ -209,10 +280,19 @@ def _save(path: Path, state: dict[str, Any]) -> None:
 # --- the fit ---------------------------------------------------------------------------------
 
 
-def fit_head(hidden: Any, margin: Any, label: Any, penalty: float) -> Any:
-    """``v`` minimising mean softplus(-s (margin + v . h)) + penalty |v / sd|^2, s = +1 when the
-    chosen response is in slot 1 and -1 otherwise; the features are scaled by their standard
-    deviation for the fit (not centred: no intercept)."""
+def fit_head(
+    hidden: Any,
+    margin: Any,
+    label: Any,
+    penalty: float,
+    consistency: float = 0.0,
+    partners: Any = None,
+) -> Any:
+    """``v`` minimising mean softplus(-s (margin + v . h)) + penalty |v * sd|^2, s = +1 when the
+    chosen response is in slot 1 and -1 otherwise, plus ``consistency`` times the mean over
+    ``partners`` (rows: the indices of one pair's two orders) of (z_1 + z_2)^2, z = margin +
+    v . h: a consistent judge's margins in the two orders are opposite. The features are scaled
+    by their standard deviation for the fit (not centred: no intercept)."""
     import torch
 
     x = hidden.double()
@@ -225,12 +305,26 @@ def fit_head(hidden: Any, margin: Any, label: Any, penalty: float) -> Any:
 
     def closure() -> Any:
         opt.zero_grad()
-        loss = torch.nn.functional.softplus(-sign * (z0 + xs @ w)).mean() + penalty * (w @ w)
+        z = z0 + xs @ w
+        loss = torch.nn.functional.softplus(-sign * z).mean() + penalty * (w @ w)
+        if consistency > 0 and partners is not None and len(partners):
+            loss = loss + consistency * ((z[partners[:, 0]] + z[partners[:, 1]]) ** 2).mean()
         loss.backward()
         return loss
 
     opt.step(closure)
     return (w.detach() / sd).float()
+
+
+def partner_index(items: Sequence[dict[str, Any]]) -> Any:
+    """Rows of (index, index): the two orders of each pair that has both among ``items``."""
+    import torch
+
+    seen: dict[str, list[int]] = {}
+    for k, item in enumerate(items):
+        seen.setdefault(item["pair_id"], []).append(k)
+    rows = [v for v in seen.values() if len(v) == 2]
+    return torch.tensor(rows, dtype=torch.long).reshape(-1, 2)
 
 
 def evaluate_head(
@@ -290,7 +384,10 @@ def fit_probe(out: Path, config: ProbeConfig, say: Callable[[str], None] = print
 
     state = torch.load(out / FEATURES_FILE, weights_only=False)
     items = [{**i, "source": source_of(i["pair_id"])} for i in state["items"]]
-    hidden = torch.stack(state["hidden"])
+    copy = torch.load(out / COPY_FEATURES_FILE, weights_only=False)
+    copy_hidden = torch.stack(copy["hidden"])
+    projector = copy_projector(copy_hidden, config.copy_directions)
+    hidden = (torch.stack(state["hidden"]).double() @ projector).float()
     margin = torch.tensor(state["margin"])
     label = torch.tensor([i["label"] for i in items])
     pair_ids = sorted({i["pair_id"] for i in items})
@@ -299,26 +396,57 @@ def fit_probe(out: Path, config: ProbeConfig, say: Callable[[str], None] = print
     fold_of = {p: k % config.folds for k, p in enumerate(pair_ids)}
     folds = torch.tensor([fold_of[i["pair_id"]] for i in items])
     cv: dict[str, Any] = {}
-    best: tuple[float, float] | None = None
+    best: tuple[tuple[float, float], float] | None = None
     for penalty in config.penalties:
-        rows: list[dict[str, Any]] = [{}] * len(items)
-        for k in range(config.folds):
-            train = folds != k
-            v = fit_head(hidden[train], margin[train], label[train], penalty)
-            test = (folds == k).nonzero().flatten().tolist()
-            scored = evaluate_head(
-                hidden[test], margin[test], [items[i] for i in test], v, config.scale
+        for weight in config.consistencies:
+            rows: list[dict[str, Any]] = [{}] * len(items)
+            for k in range(config.folds):
+                train = (folds != k).nonzero().flatten()
+                v = fit_head(
+                    hidden[train],
+                    margin[train],
+                    label[train],
+                    penalty,
+                    weight,
+                    partner_index([items[i] for i in train.tolist()]),
+                )
+                test = (folds == k).nonzero().flatten().tolist()
+                scored = evaluate_head(
+                    hidden[test], margin[test], [items[i] for i in test], v, config.scale
+                )
+                for i, r in zip(test, scored, strict=True):
+                    rows[i] = r
+            figures = summarize(rows)
+            key = f"penalty={penalty:g},consistency={weight:g}"
+            cv[key] = figures
+            both = figures["all"]["both_orders_right"]
+            say(
+                f"{key}: cross-validated accuracy {figures['all']['accuracy']:.3f}, "
+                f"right in both orders {both:.3f}"
             )
-            for i, r in zip(test, scored, strict=True):
-                rows[i] = r
-        figures = summarize(rows)
-        cv[str(penalty)] = figures
-        acc = figures["all"]["accuracy"]
-        say(f"penalty {penalty:g}: cross-validated accuracy {acc:.3f}")
-        if best is None or acc > best[1]:
-            best = (penalty, acc)
+            if best is None or both > best[1]:
+                best = ((penalty, weight), both)
     assert best is not None
-    v = fit_head(hidden, margin, label, best[0])
+    (penalty, weight), _ = best
+    v = fit_head(hidden, margin, label, penalty, weight, partner_index(items))
+    v = (projector @ v.double()).float()
+    # At the copy positions the head must not overturn the judge's own choice.
+    copy_margin = torch.tensor(copy["margin"])
+    pushed = config.scale * (copy_hidden @ v)
+    flipped = int(((copy_margin + pushed).sign() != copy_margin.sign()).sum())
+    copy_check = {
+        "positions": len(copy["margin"]),
+        "pairs": copy["items"] // 2,
+        "smallest_model_margin": float(copy_margin.abs().min()),
+        "largest_head_margin": float(pushed.abs().max()),
+        "flipped": flipped,
+    }
+    say(f"copy positions: {copy_check}")
+    if flipped:
+        raise ValueError(
+            f"the head overturns the judge's own digit at {flipped} of "
+            f"{len(copy['margin'])} copy positions; raise copy_directions"
+        )
     one, two = state["digits"]
     save_file(
         {
@@ -336,10 +464,16 @@ def fit_probe(out: Path, config: ProbeConfig, say: Callable[[str], None] = print
         "items": len(items),
         "pairs": len(pair_ids),
         "extraction_seconds": round(state["seconds"], 1),
-        "penalty": best[0],
-        "cross_validated": cv[str(best[0])],
+        "penalty": penalty,
+        "consistency": weight,
+        "chosen_by": "cross-validated share of pairs right in both orders",
+        "cross_validated": cv[f"penalty={penalty:g},consistency={weight:g}"],
         "model_alone": base,
-        "by_penalty": {p: f["all"]["accuracy"] for p, f in cv.items()},
+        "copy_positions": copy_check,
+        "by_setting": {
+            k: {m: f["all"][m] for m in ("accuracy", "both_orders_right", "slot1_share")}
+            for k, f in cv.items()
+        },
         "digits": [one, two],
     }
     (out / REPORT_FILE).write_text(json.dumps(report, indent=1) + "\n")
@@ -365,16 +499,22 @@ def run_probe(
 
     with tempfile.TemporaryDirectory() as tmp:
         model = Path(tmp) / "model"
-        if not fit_only or heldout:
-            merge_adapter(base_model, run_dir / ADAPTER_DIR, model)
+
+        def merged() -> Path:
+            if not model.is_dir():
+                merge_adapter(base_model, run_dir / ADAPTER_DIR, model)
+            return model
+
         if not fit_only:
-            figures = extract_features(model, pairs, out, config, resume=resume, say=say)
+            figures = extract_features(merged(), pairs, out, config, resume=resume, say=say)
             say(f"features: {figures['items']} of {figures['planned']} items")
+        if not (out / COPY_FEATURES_FILE).is_file():
+            extract_copy_features(merged(), pairs, out, config)
         report = fit_probe(out, config, say=say)
         if heldout:
             every = replace(config, max_pairs=len(heldout), max_prompt_tokens=1 << 20)
             extract_features(
-                model,
+                merged(),
                 heldout,
                 out,
                 every,

@@ -93,7 +93,7 @@ def ship_judge(
     }
     if probe is not None:
         report = json.loads((probe / "probe-report.json").read_text())
-        manifest["probe"] = {k: v for k, v in report.items() if k != "by_penalty"}
+        manifest["probe"] = {k: v for k, v in report.items() if k != "by_setting"}
     if heldout is not None:
         manifest["heldout"] = heldout
     (to / ARTIFACT_MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
