@@ -12,7 +12,14 @@ from safetensors.torch import save_file
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from reflectrm.judge_artifact import PROBE_WEIGHTS, ArtifactError, apply_probe, merge_adapter
-from reflectrm.training.probe import evaluate_head, fit_head, partner_index, summarize, wilson
+from reflectrm.training.probe import (
+    copy_projector,
+    evaluate_head,
+    fit_head,
+    partner_index,
+    summarize,
+    wilson,
+)
 
 ONE, TWO = 5, 9
 
@@ -177,3 +184,16 @@ def test_the_consistency_term_makes_the_two_orders_margins_opposite() -> None:
     assert asymmetry(loose) > 0.1
     assert asymmetry(tight) < asymmetry(loose) / 20
     assert abs(float(tight[1])) < abs(float(loose[1]))
+
+
+def test_a_head_through_the_copy_projector_is_blind_at_the_copy_positions() -> None:
+    # Copy-position states live in a 2-dimensional subspace (plus nothing else): a head of the
+    # form P v gives them no margin at all, whatever v.
+    g = torch.Generator().manual_seed(3)
+    basis = torch.linalg.qr(torch.randn(6, 2, generator=g))[0]
+    copies = torch.randn(50, 2, generator=g) @ basis.T
+    projector = copy_projector(copies, 2)
+    v = projector @ torch.randn(6, generator=g, dtype=torch.float64)
+    assert float((copies.double() @ v).abs().max()) < 1e-5  # float32 inputs
+    # A direction away from them is kept.
+    assert float(v.norm()) > 0.1
