@@ -75,3 +75,21 @@ def test_the_held_out_file_names_each_pair_by_source(tmp_path: Path) -> None:
     assert [p.chosen for p in read_pairs(out)] == [
         next(p.chosen for p in source.pairs if p.id == e["id"]) for e in split["pairs"]
     ]
+
+
+def test_subsets_come_from_the_evaluation_records(tmp_path: Path) -> None:
+    pairs = [_pair("a", "long answer", "short"), _pair("b", "short", "long answer")]
+    results = tmp_path / "results.jsonl"
+    rows = [
+        {"type": "result", "mode": "single", "pair_id": p, "chosen_position": c, "winner": w,
+         "meta": {"subset": s}}
+        for p, c, w, s in (("a", 1, 1, "hh"), ("a", 2, 2, "hh"), ("b", 1, 2, "pl"), ("b", 2, 2, "pl"))
+    ]  # fmt: skip
+    results.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    result = compare_with_length(pairs, results, bootstrap=50)
+    by = result["per_subset"]
+    assert set(by) == {"hh", "pl"}
+    assert by["hh"]["judge_accuracy"] == 100.0  # right in both orders
+    assert by["pl"]["judge_accuracy"] == 50.0  # by position
+    assert by["hh"]["length_accuracy"] == 100.0
+    assert by["pl"]["length_accuracy"] == 0.0

@@ -61,6 +61,17 @@ def judge_scores(results: Path, mode: str) -> dict[str, list[float]]:
     return dict(out)
 
 
+def result_subsets(results: Path) -> dict[str, str]:
+    """Per pair id, the subset an evaluation's records give it (``meta.subset``)."""
+    out: dict[str, str] = {}
+    for line in results.read_text().splitlines():
+        row = json.loads(line)
+        subset = (row.get("meta") or {}).get("subset") if row.get("type") == "result" else None
+        if subset:
+            out[row["pair_id"]] = str(subset)
+    return out
+
+
 def compare_with_length(
     pairs: Sequence[Pair],
     results: Path,
@@ -75,9 +86,11 @@ def compare_with_length(
     ids = sorted(i for i, s in scores.items() if len(s) == 2 and i in by_id)
     judge = [sum(scores[i]) / 2 for i in ids]
     length = [longer_is_chosen(by_id[i]) for i in ids]
+    # A pair's subset as the evaluation recorded it (its row's `subset`), else the pair's own.
+    recorded = result_subsets(results)
     by_subset: dict[str, list[int]] = defaultdict(list)
     for k, i in enumerate(ids):
-        by_subset[by_id[i].meta.get("subset", "")].append(k)
+        by_subset[recorded.get(i) or by_id[i].meta.get("subset", "")].append(k)
     rng = random.Random(seed)
     n = len(ids)
     diffs, judge_boot, length_boot = [], [], []
