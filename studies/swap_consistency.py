@@ -44,7 +44,7 @@ def wilson(k: int, n: int, z: float = 1.96) -> list[float]:
 
 def offline_consistency(results: Path, ids: set[str], mode: str) -> dict[str, Any]:
     """Pairs of ``ids`` whose two orders in an eval's results name the same response."""
-    verdicts: dict[str, dict[int, int | None]] = {}
+    verdicts: dict[str, dict[int, str | None]] = {}
     for line in results.read_text().splitlines():
         row = json.loads(line)
         if row.get("mode") != mode or row.get("pair_id") not in ids:
