@@ -31,15 +31,7 @@ import httpx
 from loadtests.harness.metrics import parse_metrics
 from loadtests.harness.process import launch_service, stop_process, wait_ready
 from reflectrm.datasets import read_pairs
-
-
-def wilson(k: int, n: int, z: float = 1.96) -> list[float]:
-    if n == 0:
-        return [math.nan, math.nan]
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return [centre - half, centre + half]
+from reflectrm.training.probe import wilson
 
 
 def offline_consistency(results: Path, ids: set[str], mode: str) -> dict[str, Any]:
