@@ -154,6 +154,17 @@ def _add_pool(p: Any, split_help: str) -> None:
     )
 
 
+def _add_set(p: Any, settings: str, example: str) -> None:
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=f"override a {settings} field, e.g. --set {example} (repeatable)",
+    )
+
+
 def _add_judge(commands: Any) -> None:
     p = commands.add_parser(
         "judge",
@@ -182,14 +193,7 @@ def _add_judge(commands: Any) -> None:
         help="end the run at this step and write its adapter (the schedule stays the planned "
         "one; the summary says it ended early)",
     )
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a JudgeTrainConfig field, e.g. --set max_steps=300 (repeatable)",
-    )
+    _add_set(p, "JudgeTrainConfig", "max_steps=300")
     p.set_defaults(func=run_judge)
 
 
@@ -204,19 +208,7 @@ def _add_probe(commands: Any) -> None:
     p.add_argument("--out", required=True, type=Path, help="the probe's folder")
     p.add_argument("--resume", action="store_true", help="continue the feature pass in --out")
     p.add_argument("--fit-only", action="store_true", help="fit on the features saved so far")
-    p.add_argument(
-        "--heldout",
-        action="store_true",
-        help="also score the fitted head on the split's held-out pairs (heldout-report.json)",
-    )
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a ProbeConfig field, e.g. --set max_pairs=800 (repeatable)",
-    )
+    _add_set(p, "ProbeConfig", "max_pairs=800")
     p.set_defaults(func=run_probe)
 
 
@@ -410,13 +402,12 @@ def run_judge(args: argparse.Namespace) -> int:
 def run_probe(args: argparse.Namespace) -> int:
     from reflectrm.checkpoints import base_model_dir
     from reflectrm.training import probe
-    from reflectrm.training.split import held_out_pairs, read_sources, read_split, training_pairs
+    from reflectrm.training.split import read_sources, read_split, training_pairs
 
     values = typed(probe.ProbeConfig, parse_overrides(args.overrides, probe.ProbeConfig))
     config = probe.ProbeConfig(**values)
     split, sources = read_split(args.split), read_sources(args.data)
     pairs = training_pairs(split, sources)
-    heldout = held_out_pairs(split, sources) if args.heldout else ()
     report = probe.run_probe(
         base_model_dir(),
         args.run,
@@ -425,7 +416,6 @@ def run_probe(args: argparse.Namespace) -> int:
         config,
         args.resume,
         args.fit_only,
-        heldout=heldout,
     )
     print(
         json.dumps(
@@ -436,8 +426,6 @@ def run_probe(args: argparse.Namespace) -> int:
             }
         )
     )
-    if args.heldout:
-        print(json.dumps({"heldout": report["heldout"]["with_head"]["all"]}))
     return 0
 
 

@@ -51,9 +51,7 @@ from reflectrm.training.judge import (
 )
 
 FEATURES_FILE = "features.pt"
-HELDOUT_FEATURES_FILE = "heldout-features.pt"
 COPY_FEATURES_FILE = "copy-features.pt"
-HELDOUT_REPORT_FILE = "heldout-report.json"
 PROBE_FILE = "probe.safetensors"
 REPORT_FILE = "probe-report.json"
 
@@ -145,10 +143,9 @@ def extract_features(
     resume: bool = False,
     say: Callable[[str], None] = print,
     progress_bar: bool = True,
-    features_file: str = FEATURES_FILE,
 ) -> dict[str, Any]:
     """The final-norm hidden state and the digit margin at the decision position of every
-    planned item, saved in ``out/<features_file>`` (resumable)."""
+    planned item, saved in ``out/features.pt`` (resumable)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -162,7 +159,7 @@ def extract_features(
     plan = probe_plan(pairs, ChatRenderer(tokenizer), tokenizer, config)
     one, two = digit_ids(tokenizer)
     out.mkdir(parents=True, exist_ok=True)
-    path = out / features_file
+    path = out / FEATURES_FILE
     state: dict[str, Any] = {"items": [], "hidden": [], "margin": [], "seconds": 0.0}
     if path.is_file():
         if not resume:
@@ -489,12 +486,9 @@ def run_probe(
     resume: bool = False,
     fit_only: bool = False,
     say: Callable[[str], None] = print,
-    heldout: Sequence[Pair] = (),
 ) -> dict[str, Any]:
-    """Features from the run's merged model (unless ``fit_only``), then the fit; with
-    ``heldout`` pairs, the fitted head's figures on them too (``heldout-report.json``: every
-    held-out pair in both orders, whatever its length, as the merged judge's first greedy
-    decision token would give them)."""
+    """Features from the run's merged model (unless ``fit_only``), the copy positions' states
+    (once), then the fit. The held-out split is measured on the engine (``reflectrm eval``)."""
     from reflectrm.judge_artifact import merge_adapter
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -510,38 +504,4 @@ def run_probe(
             say(f"features: {figures['items']} of {figures['planned']} items")
         if not (out / COPY_FEATURES_FILE).is_file():
             extract_copy_features(merged(), pairs, out, config)
-        report = fit_probe(out, config, say=say)
-        if heldout:
-            every = replace(config, max_pairs=len(heldout), max_prompt_tokens=1 << 20)
-            extract_features(
-                merged(),
-                heldout,
-                out,
-                every,
-                resume=True,
-                say=say,
-                features_file=HELDOUT_FEATURES_FILE,
-            )
-            report["heldout"] = heldout_figures(out)
-    return report
-
-
-def heldout_figures(out: Path) -> dict[str, Any]:
-    """The written head on the held-out features: the model alone and with the head."""
-    import torch
-    from safetensors.torch import load_file
-
-    state = torch.load(out / HELDOUT_FEATURES_FILE, weights_only=False)
-    v = load_file(str(out / PROBE_FILE))["direction"]
-    hidden = torch.stack(state["hidden"])
-    margin = torch.tensor(state["margin"])
-    figures = {
-        "items": len(state["items"]),
-        "with_head": summarize(evaluate_head(hidden, margin, state["items"], v)),
-        "model_alone": summarize(
-            evaluate_head(hidden, margin, state["items"], torch.zeros_like(v))
-        ),
-        "extraction_seconds": round(state["seconds"], 1),
-    }
-    (out / HELDOUT_REPORT_FILE).write_text(json.dumps(figures, indent=1) + "\n")
-    return figures
+        return fit_probe(out, config, say=say)
