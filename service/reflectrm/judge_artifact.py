@@ -29,6 +29,9 @@ ADAPTER_WEIGHTS = "adapter_model.safetensors"
 ADAPTER_CONFIG = "adapter_config.json"
 # Optional: a linear verdict head (``reflectrm train probe``) written into the output layer.
 PROBE_WEIGHTS = "probe.safetensors"
+# Optional: LoRA weights of the top decoder layers (``reflectrm train verdict``), applied after
+# the adapter; the file's metadata holds their scale.
+VERDICT_WEIGHTS = "verdict-layer.safetensors"
 BUILT_MARKER = "reflectrm-judge-built.json"
 
 
@@ -83,7 +86,9 @@ def judge_dir(cache_dir: Path, manifest: dict[str, Any]) -> Path:
     """The built checkpoint's folder: named by the artifact's name and a digest of every file it
     is built from (the adapter, and the verdict head when there is one)."""
     built_from = sorted(
-        (n, h) for n, h in manifest["files"].items() if n in (ADAPTER_WEIGHTS, PROBE_WEIGHTS)
+        (n, h)
+        for n, h in manifest["files"].items()
+        if n in (ADAPTER_WEIGHTS, PROBE_WEIGHTS, VERDICT_WEIGHTS)
     )
     digest = hashlib.sha256(json.dumps(built_from).encode()).hexdigest()[:12]
     return cache_dir / "models" / f"{manifest['name']}-{digest}"
@@ -143,7 +148,7 @@ def _intact(target: Path) -> bool:
 
 def merge_adapter(base: Path, adapter: Path, out: Path) -> None:
     """Write base + LoRA adapter, merged, as a float32 safetensors checkpoint in ``out``."""
-    import torch
+    from safetensors import safe_open
     from safetensors.torch import load_file, save_file
 
     config = json.loads((adapter / ADAPTER_CONFIG).read_text())
@@ -156,20 +161,16 @@ def merge_adapter(base: Path, adapter: Path, out: Path) -> None:
     if len(shards) != 1:
         raise ArtifactError(f"{base} has {len(shards)} weight files; one is expected")
     weights = load_file(str(shards[0]))
-    merged = 0
-    for key, a in lora.items():
-        if ".lora_A." not in key:
-            continue
-        b = lora[key.replace(".lora_A.", ".lora_B.")]
-        name = _base_name(key.replace(".lora_A.weight", ".weight"))
-        if name not in weights:
-            raise ArtifactError(f"the adapter adapts {name}, which the base model does not have")
-        w = weights[name]
-        delta = (b.to(torch.float32) @ a.to(torch.float32)) * scale
-        weights[name] = (w.to(torch.float32) + delta).to(w.dtype).contiguous()
-        merged += 1
-    if merged == 0:
+    if apply_lora(weights, lora, scale) == 0:
         raise ArtifactError(f"{adapter / ADAPTER_WEIGHTS} holds no LoRA weights")
+    verdict = adapter / VERDICT_WEIGHTS
+    if verdict.is_file():
+        with safe_open(str(verdict), "pt") as f:
+            top_scale = float((f.metadata() or {}).get("scale", "nan"))
+        if not top_scale == top_scale:  # NaN: no scale recorded
+            raise ArtifactError(f"{verdict} records no scale in its metadata")
+        if apply_lora(weights, load_file(str(verdict)), top_scale) == 0:
+            raise ArtifactError(f"{verdict} holds no LoRA weights")
     probe = adapter / PROBE_WEIGHTS
     if probe.is_file():
         apply_probe(weights, load_file(str(probe)))
@@ -184,6 +185,25 @@ def merge_adapter(base: Path, adapter: Path, out: Path) -> None:
         model_config = json.loads(config_path.read_text())
         model_config["tie_word_embeddings"] = False
         config_path.write_text(json.dumps(model_config, indent=2) + "\n")
+
+
+def apply_lora(weights: dict[str, Any], lora: dict[str, Any], scale: float) -> int:
+    """W + scale * B @ A for every ``.lora_A.`` / ``.lora_B.`` pair of ``lora``; how many."""
+    import torch
+
+    merged = 0
+    for key, a in lora.items():
+        if ".lora_A." not in key:
+            continue
+        b = lora[key.replace(".lora_A.", ".lora_B.")]
+        name = _base_name(key.replace(".lora_A.weight", ".weight"))
+        if name not in weights:
+            raise ArtifactError(f"the adapter adapts {name}, which the base model does not have")
+        w = weights[name]
+        delta = (b.to(torch.float32) @ a.to(torch.float32)) * scale
+        weights[name] = (w.to(torch.float32) + delta).to(w.dtype).contiguous()
+        merged += 1
+    return merged
 
 
 def apply_probe(weights: dict[str, Any], probe: dict[str, Any]) -> None:

@@ -38,6 +38,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     _add_check(commands)
     _add_judge(commands)
     _add_probe(commands)
+    _add_verdict(commands)
     _add_ship(commands)
     _add_heldout(commands)
     return train
@@ -212,6 +213,23 @@ def _add_probe(commands: Any) -> None:
     p.set_defaults(func=run_probe)
 
 
+def _add_verdict(commands: Any) -> None:
+    p = commands.add_parser(
+        "verdict",
+        help="train a judge run's top decoder layers on its saved states (one resumable "
+        "forward pass, then epochs on the top layers) and write them for ship-judge --verdict",
+    )
+    _add_pool(p, "the held-out split file of the run (its pairs are never read)")
+    p.add_argument("--run", required=True, type=Path, help="the run folder of `train judge`")
+    p.add_argument("--out", required=True, type=Path, help="the verdict layers' folder")
+    p.add_argument("--resume", action="store_true", help="continue the pass or the training")
+    p.add_argument(
+        "--stop-after", type=int, help="end this session after this many steps (resumable)"
+    )
+    _add_set(p, "VerdictConfig", "epochs=3")
+    p.set_defaults(func=run_verdict)
+
+
 def _add_ship(commands: Any) -> None:
     p = commands.add_parser(
         "ship-judge",
@@ -229,6 +247,9 @@ def _add_ship(commands: Any) -> None:
         help="a JSON file of held-out figures to record (e.g. an eval report's summary)",
     )
     p.add_argument("--probe", type=Path, help="a `train probe` folder whose verdict head ships too")
+    p.add_argument(
+        "--verdict", type=Path, help="a `train verdict` folder whose top layers ship too"
+    )
     p.set_defaults(func=run_ship)
 
 
@@ -430,12 +451,45 @@ def run_probe(args: argparse.Namespace) -> int:
 
 
 @_friendly
+def run_verdict(args: argparse.Namespace) -> int:
+    from reflectrm.checkpoints import base_model_dir
+    from reflectrm.training import verdict
+    from reflectrm.training.split import read_sources, read_split, training_pairs
+
+    config = verdict.VerdictConfig.from_dict(
+        typed(verdict.VerdictConfig, parse_overrides(args.overrides, verdict.VerdictConfig))
+    )
+    pairs = training_pairs(read_split(args.split), read_sources(args.data))
+    report = verdict.run_verdict(
+        base_model_dir(),
+        args.run,
+        pairs,
+        args.out,
+        config,
+        args.resume,
+        stop_after=args.stop_after,
+    )
+    print(json.dumps({k: report[k] for k in ("finished", "steps") if k in report}))
+    if report.get("chosen"):
+        print(json.dumps(report["chosen"]))
+    return 0
+
+
+@_friendly
 def run_ship(args: argparse.Namespace) -> int:
     from reflectrm.training.ship import ship_judge
 
     heldout = json.loads(args.heldout.read_text()) if args.heldout else None
     manifest = ship_judge(
-        args.run, args.data, args.split, args.to, args.name, args.command, heldout, args.probe
+        args.run,
+        args.data,
+        args.split,
+        args.to,
+        args.name,
+        args.command,
+        heldout,
+        args.probe,
+        args.verdict,
     )
     print(json.dumps(manifest["files"], indent=1))
     return 0

@@ -21,6 +21,7 @@ from reflectrm.judge_artifact import (
     ADAPTER_WEIGHTS,
     ARTIFACT_MANIFEST,
     PROBE_WEIGHTS,
+    VERDICT_WEIGHTS,
     file_sha256,
 )
 from reflectrm.training.judge import ADAPTER_DIR, CONFIG_FILE
@@ -38,9 +39,11 @@ def ship_judge(
     command: str,
     heldout: dict[str, Any] | None = None,
     probe: Path | None = None,
+    verdict: Path | None = None,
 ) -> dict[str, Any]:
     """``probe``: a folder of ``reflectrm train probe`` whose verdict head ships with the
-    adapter (its file hashed like the others, its report in the manifest)."""
+    adapter (its file hashed like the others, its report in the manifest); ``verdict``: a
+    folder of ``reflectrm train verdict`` whose top layers ship the same way."""
     summary_path = run / "run-summary.json"
     if not summary_path.is_file():
         raise ValueError(f"{run} has no run-summary.json: the run has not finished")
@@ -58,6 +61,10 @@ def ship_judge(
     if probe is not None:
         shutil.copyfile(probe / PROBE_WEIGHTS, to / PROBE_WEIGHTS)
         shipped.append(PROBE_WEIGHTS)
+    (to / VERDICT_WEIGHTS).unlink(missing_ok=True)
+    if verdict is not None:
+        shutil.copyfile(verdict / VERDICT_WEIGHTS, to / VERDICT_WEIGHTS)
+        shipped.append(VERDICT_WEIGHTS)
     if split_file.resolve() != (to / SPLIT_FILE).resolve():
         shutil.copyfile(split_file, to / SPLIT_FILE)
     gguf = find_gguf(default_cache_dir(), print)
@@ -94,6 +101,9 @@ def ship_judge(
     if probe is not None:
         report = json.loads((probe / "probe-report.json").read_text())
         manifest["probe"] = {k: v for k, v in report.items() if k != "by_setting"}
+    if verdict is not None:
+        report = json.loads((verdict / "verdict-report.json").read_text())
+        manifest["verdict"] = report
     if heldout is not None:
         manifest["heldout"] = heldout
     (to / ARTIFACT_MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
