@@ -25,7 +25,7 @@ import psutil
 
 from loadtests.harness.metrics import parse_metrics
 from loadtests.harness.ports import HOST, free_port
-from loadtests.harness.process import wait_ready
+from loadtests.harness.process import RunError, wait_for, wait_ready
 
 ROOT = Path(__file__).resolve().parents[2]
 # A service of its own on a small machine: 1 GiB of KV cache, a 4096-token context, short
@@ -132,8 +132,10 @@ class Watched:
             for p in self.left_running():
                 with contextlib.suppress(psutil.Error):
                     p.send_signal(sig)
-            with contextlib.suppress(psutil.Error):
-                psutil.wait_procs(self.family, timeout=wait_s)
+            # Wait on the noted processes as ``alive`` sees them: psutil.wait_procs counts an
+            # unreaped zombie as running and would sit out the whole wait for it.
+            with contextlib.suppress(RunError):
+                wait_for(lambda: not self.left_running(), "the family ended", wait_s)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(30)
         self._stderr.close()
@@ -156,7 +158,7 @@ class WatchedServe(Watched):
 
     def wait_ready(self, timeout_s: float = 900.0) -> float:
         """Seconds from the start until /ready answered 200 (RunError if serve exits first)."""
-        wait_ready(self.url, timeout_s, self, poll_s=0.1, what="serve")
+        wait_ready(self.url, timeout_s, self, poll_s=1.0, what="serve")
         return time.monotonic() - self.started
 
     def metrics(self) -> dict[str, float]:
