@@ -29,8 +29,8 @@ ADAPTER_WEIGHTS = "adapter_model.safetensors"
 ADAPTER_CONFIG = "adapter_config.json"
 # Optional: a linear verdict head (``reflectrm train probe``) written into the output layer.
 PROBE_WEIGHTS = "probe.safetensors"
-# Optional: LoRA weights of the top decoder layers (``reflectrm train verdict``), applied after
-# the adapter; the file's metadata holds their scale.
+# Optional: an added decoder layer (``reflectrm train verdict``): its attention's and norms'
+# weights (its MLP is zero); the file's metadata names its index, the base's layer count.
 VERDICT_WEIGHTS = "verdict-layer.safetensors"
 BUILT_MARKER = "reflectrm-judge-built.json"
 
@@ -148,7 +148,6 @@ def _intact(target: Path) -> bool:
 
 def merge_adapter(base: Path, adapter: Path, out: Path) -> None:
     """Write base + LoRA adapter, merged, as a float32 safetensors checkpoint in ``out``."""
-    from safetensors import safe_open
     from safetensors.torch import load_file, save_file
 
     config = json.loads((adapter / ADAPTER_CONFIG).read_text())
@@ -164,13 +163,7 @@ def merge_adapter(base: Path, adapter: Path, out: Path) -> None:
     if apply_lora(weights, lora, scale) == 0:
         raise ArtifactError(f"{adapter / ADAPTER_WEIGHTS} holds no LoRA weights")
     verdict = adapter / VERDICT_WEIGHTS
-    if verdict.is_file():
-        with safe_open(str(verdict), "pt") as f:
-            top_scale = float((f.metadata() or {}).get("scale", "nan"))
-        if not top_scale == top_scale:  # NaN: no scale recorded
-            raise ArtifactError(f"{verdict} records no scale in its metadata")
-        if apply_lora(weights, load_file(str(verdict)), top_scale) == 0:
-            raise ArtifactError(f"{verdict} holds no LoRA weights")
+    added = add_layer(weights, verdict) if verdict.is_file() else None
     probe = adapter / PROBE_WEIGHTS
     if probe.is_file():
         apply_probe(weights, load_file(str(probe)))
@@ -179,11 +172,14 @@ def merge_adapter(base: Path, adapter: Path, out: Path) -> None:
     for item in base.iterdir():
         if item.is_file() and item.suffix != ".safetensors" and item.name not in skip:
             shutil.copy2(item, out / item.name)
-    if probe.is_file():
-        # The output layer now differs from the input embeddings: untie them.
+    if probe.is_file() or added is not None:
         config_path = out / "config.json"
         model_config = json.loads(config_path.read_text())
-        model_config["tie_word_embeddings"] = False
+        if probe.is_file():
+            # The output layer now differs from the input embeddings: untie them.
+            model_config["tie_word_embeddings"] = False
+        if added is not None:
+            model_config["num_hidden_layers"] = added + 1
         config_path.write_text(json.dumps(model_config, indent=2) + "\n")
 
 
@@ -204,6 +200,38 @@ def apply_lora(weights: dict[str, Any], lora: dict[str, Any], scale: float) -> i
         weights[name] = (w.to(torch.float32) + delta).to(w.dtype).contiguous()
         merged += 1
     return merged
+
+
+def add_layer(weights: dict[str, Any], path: Path) -> int:
+    """The added decoder layer of ``path`` into ``weights``: its attention and norms as stored,
+    its MLP zero (so it adds nothing); returns its index. Refused when its index is not the
+    base's layer count (it belongs to another model) or it holds weights of another layer."""
+    import torch
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    with safe_open(str(path), "pt") as f:
+        index_text = (f.metadata() or {}).get("added_layer")
+    if index_text is None:
+        raise ArtifactError(f"{path.name} records no added_layer index in its metadata")
+    index = int(index_text)
+    layers = {int(k.split(".")[2]) for k in weights if k.startswith("model.layers.")}
+    if index != len(layers):
+        raise ArtifactError(
+            f"{path.name} adds layer {index}, the base model has {len(layers)} layers: "
+            "it belongs to another model"
+        )
+    added = load_file(str(path))
+    prefix = f"model.layers.{index}."
+    stray = sorted(k for k in added if not k.startswith(prefix))
+    if stray or not added:
+        raise ArtifactError(f"{path.name} holds weights outside layer {index}: {stray[:3]}")
+    weights.update({k: v.to(torch.float32).contiguous() for k, v in added.items()})
+    template = "model.layers.0.mlp."
+    for name in ("gate_proj", "up_proj", "down_proj"):
+        shape = weights[f"{template}{name}.weight"].shape
+        weights[f"{prefix}mlp.{name}.weight"] = torch.zeros(shape, dtype=torch.float32)
+    return index
 
 
 def apply_probe(weights: dict[str, Any], probe: dict[str, Any]) -> None:

@@ -216,17 +216,15 @@ def _add_probe(commands: Any) -> None:
 def _add_verdict(commands: Any) -> None:
     p = commands.add_parser(
         "verdict",
-        help="train a judge run's top decoder layers on its saved states (one resumable "
-        "forward pass, then epochs on the top layers) and write them for ship-judge --verdict",
+        help="add a verdict layer to a judge run: one resumable forward pass saves its states, "
+        "then an attention layer that reads each response's end is fitted on them (minutes); "
+        "ship it with ship-judge --verdict",
     )
     _add_pool(p, "the held-out split file of the run (its pairs are never read)")
     p.add_argument("--run", required=True, type=Path, help="the run folder of `train judge`")
     p.add_argument("--out", required=True, type=Path, help="the verdict layers' folder")
-    p.add_argument("--resume", action="store_true", help="continue the pass or the training")
-    p.add_argument(
-        "--stop-after", type=int, help="end this session after this many steps (resumable)"
-    )
-    _add_set(p, "VerdictConfig", "epochs=3")
+    p.add_argument("--resume", action="store_true", help="continue the states' forward pass")
+    _add_set(p, "VerdictConfig", "max_prompt_tokens=1024")
     p.set_defaults(func=run_verdict)
 
 
@@ -460,18 +458,9 @@ def run_verdict(args: argparse.Namespace) -> int:
         typed(verdict.VerdictConfig, parse_overrides(args.overrides, verdict.VerdictConfig))
     )
     pairs = training_pairs(read_split(args.split), read_sources(args.data))
-    report = verdict.run_verdict(
-        base_model_dir(),
-        args.run,
-        pairs,
-        args.out,
-        config,
-        args.resume,
-        stop_after=args.stop_after,
-    )
-    print(json.dumps({k: report[k] for k in ("finished", "steps") if k in report}))
-    if report.get("chosen"):
-        print(json.dumps(report["chosen"]))
+    report = verdict.run_verdict(base_model_dir(), args.run, pairs, args.out, config, args.resume)
+    if report.get("finished"):
+        print(json.dumps({"scale": report["scale"], "development": report["development"]}))
     return 0
 
 

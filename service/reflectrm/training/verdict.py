@@ -1,33 +1,37 @@
-"""``reflectrm train verdict``: the judge's top decoder layers trained on cached states.
+"""``reflectrm train verdict``: an added decoder layer that reads each response where it ends.
 
 The supervised recipe (``judge.py``) teaches the output format in an hour of two CPU cores but,
-at that budget, not the preference: every step pays a forward and backward pass through all 30
-layers for one deciding token per sequence. A linear head on the final hidden state
-(``probe.py``) is cheap but reads only what the last position already holds. This step sits
-between the two:
+at that budget, not the preference. A linear head on the state at the verdict's position
+(``probe.py``) finds little: that state has folded both responses together. The states at the
+two end markers of the judging prompt (``[End of Response 1]``, ``[End of Response 2]``) hold far
+more: a logistic readout of their difference separates better from worse, and it is position-free
+by construction (the same readout scores either slot). This step puts that comparison into the
+judge as one more decoder layer, built, not searched for by gradient descent (which, from a
+random start, did not find the markers in an epoch):
 
 1. **States, once.** The run's model (base + adapter, merged as the service merges it) reads
-   each training pair's judging prompt in both orders followed by the whole target, and the
-   residual stream entering its top ``layers`` decoder layers is kept for every position
-   (bf16). The layers below never change, so one forward pass through them serves every epoch;
-   the pass stops at the first kept layer (the layers above it are not run). Resumable: the
-   states are written in shards every ``checkpoint_every_s`` and a resumed pass continues with
-   the next item of the same seeded plan.
-2. **Top layers, many epochs.** LoRA adapters on the top layers' linear maps are trained on
-   those states. The top layers attend over the whole prompt, so the verdict can read each
-   response where it was written rather than only what reached the last position. Loss: the
-   cross-entropy of the decision token (the ``k`` of ``<Analysis>Response k``) plus
-   ``copy_weight`` times that of the rest of the target, so the judge still writes the format
-   and copies its decision into the verdict. Every pair comes in both orders in the same step;
-   a judge by position is stuck at ln 2. Seeded; a checkpoint every ``checkpoint_every_s`` and
-   at each epoch's end; ``--resume`` continues at the next step with the same batches.
-3. **Chosen on development pairs.** ``dev_fraction`` of the training pool's prompts (a seeded
-   hash, as the held-out split does) is never trained on; after each epoch the decision is
-   scored on them, and the epoch with the lowest development decision loss is the one written
-   (``verdict-layer.safetensors``: the LoRA weights of that epoch, with their scale). The
+   each training pair's judging prompt in both orders followed by the whole target; the
+   residual stream entering its top ``layers`` decoder layers is kept for every position (bf16;
+   the layers above are not run). Resumable: the states are written in shards every
+   ``checkpoint_every_s``, and a resumed pass continues with the next item of the same plan.
+   The frozen top layers then run on them in float32, giving the residual the added layer reads.
+2. **Fitted parts**, on the training items (the added layer reads them through a unit-weight
+   RMS norm): two marker probes (logistic: the end of Response k against random positions and
+   the other marker), a readout ``w`` (logistic, no intercept, on the difference of the two
+   markers' states, both orders), the mean state at the verdict's position (so the query is
+   about the same for every prompt), and the direction ``u`` of the residual that moves the two
+   verdict digits' logits apart through the final norm and the output layer.
+3. **The layer.** Query heads 0 and 3 (key/value heads 0 and 1) put their query and the marker
+   probes into the slowest rotary pair, whose turn over a 4,096-token context is under 0.06 rad,
+   so the attention finds the marker wherever it is; the values carry ``w`` there; the output
+   writes +``scale`` s1 and -``scale`` s2 along ``u``. Its MLP is zero. At the verdict the digit
+   margin moves by about ``scale`` (s1 - s2) / rms(h).
+4. **The scale**, from ``scales``, is the one with the lowest decision loss on the development
+   prompts (``dev_fraction`` of the pool's prompts by a seeded hash, never fitted on). The
    held-out split is measured on the engine (``reflectrm eval``), never here.
 
-``judge_artifact.merge_adapter`` applies the file after the run's adapter: W + scale * B @ A.
+``judge_artifact.merge_adapter`` adds the layer after the run's adapter is merged
+(``verdict-layer.safetensors``, its index in the metadata, the MLP's zeros made by the merge).
 """
 
 from __future__ import annotations
@@ -62,35 +66,34 @@ LOG_FILE = "verdict-log.jsonl"
 REPORT_FILE = "verdict-report.json"
 PLAN_FILE = "verdict-plan.json"
 VERDICT_WEIGHTS = "verdict-layer.safetensors"
-TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
 @dataclass(frozen=True)
 class VerdictConfig:
     seed: int = 0
     max_pairs: int = 4000
-    max_prompt_tokens: int = 1024
-    # The share of the training pool's prompts kept for choosing the epoch (never trained on).
+    max_prompt_tokens: int = 768
+    # The share of the training pool's prompts kept for choosing the scale (never fitted on).
     dev_fraction: float = 0.15
-    layers: int = 2  # the top decoder layers trained
-    lora_r: int = 16
-    lora_alpha: int = 32
-    learning_rate: float = 5e-4
-    weight_decay: float = 0.01
-    warmup_steps: int = 20
-    final_lr_fraction: float = 0.1
-    max_grad_norm: float = 1.0
-    epochs: int = 3
-    pairs_per_step: int = 8  # each in both orders
-    # The rest of the target's tokens (format and the copied verdict), relative to the decision.
-    copy_weight: float = 0.2
-    precision: str = "auto"  # of the states' forward pass; the top layers train in float32
+    # The pass stops this many layers below the top; they run frozen, in float32, afterwards.
+    layers: int = 2
+    # Random positions per training item that the marker probes learn to tell from a marker.
+    negatives_per_item: int = 40
+    probe_penalty: float = 1e-3
+    readout_penalty: float = 1e-3
+    # The added attention's sharpness: the query's size (times the marker probe's score).
+    sharpness: float = 16.0
+    # Candidate scales of the added layer's push on the verdict digits; the one with the lowest
+    # development decision loss is written.
+    scales: tuple[float, ...] = (3.0, 5.0, 8.0, 12.0, 20.0, 60.0)
+    precision: str = "auto"  # of the states' forward pass
     threads: int = 0
     checkpoint_every_s: float = 180.0
 
     def fingerprint(self) -> str:
-        skip = {"checkpoint_every_s", "threads"}
-        body = {k: v for k, v in asdict(self).items() if k not in skip}
+        """What the states depend on: a resumed pass must share it."""
+        keep = ("seed", "max_pairs", "max_prompt_tokens", "dev_fraction", "layers", "precision")
+        body = {k: v for k, v in asdict(self).items() if k in keep}
         return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
 
     @classmethod
@@ -99,7 +102,10 @@ class VerdictConfig:
         unknown = sorted(set(values) - known)
         if unknown:
             raise ValueError(f"unknown verdict settings: {', '.join(unknown)}")
-        return cls(**values)
+        clean = dict(values)
+        if "scales" in clean:
+            clean["scales"] = tuple(float(x) for x in clean["scales"])
+        return cls(**clean)
 
 
 # --- the plan --------------------------------------------------------------------------------
@@ -271,82 +277,46 @@ def load_states(out: Path) -> tuple[list[Any], float]:
     return states, seconds
 
 
-# --- the top layers ---------------------------------------------------------------------------
+# --- the added layer ---------------------------------------------------------------------------
 
 
-def _lora_module() -> Any:
-    import torch
-
-    class LoRALinear(torch.nn.Module):
-        """``base(x) + scale * x A^T B^T``; B starts at zero, so training starts at the run."""
-
-        def __init__(self, base: Any, r: int, alpha: int, generator: Any) -> None:
-            super().__init__()
-            self.base = base
-            for p in self.base.parameters():
-                p.requires_grad_(False)
-            bound = 1.0 / math.sqrt(base.in_features)
-            a = (torch.rand(r, base.in_features, generator=generator) * 2 - 1) * bound
-            self.lora_A = torch.nn.Parameter(a)
-            self.lora_B = torch.nn.Parameter(torch.zeros(base.out_features, r))
-            self.scale = alpha / r
-
-        def forward(self, x: Any) -> Any:
-            return self.base(x) + (x @ self.lora_A.T @ self.lora_B.T) * self.scale
-
-    return LoRALinear
-
-
-class TopLayers:
-    """The model's top ``layers`` decoder layers (LoRA on every linear map), its final norm and
-    output layer, run on saved states."""
+class VerdictLayer:
+    """The judge's top ``layers`` decoder layers, frozen and run in float32 on the saved states,
+    then one added decoder layer whose attention is trained (its MLP is zero, so it adds
+    nothing), the final norm and the output layer. The added attention can read each response
+    where the prompt ends it, which the last position alone does not hold."""
 
     def __init__(self, model: Any, config: VerdictConfig) -> None:
         import torch
+        from transformers.models.llama.modeling_llama import LlamaAttention, LlamaRMSNorm
 
         for p in model.parameters():
             p.requires_grad_(False)
-        lora = _lora_module()
-        generator = torch.Generator().manual_seed(config.seed)
         n = model.config.num_hidden_layers
-        self.first = n - config.layers
         self.model = model
-        self.layers = [model.model.layers[i] for i in range(self.first, n)]
-        self.adapted: dict[str, Any] = {}
-        for offset, layer in enumerate(self.layers):
-            for parent_name in ("self_attn", "mlp"):
-                parent = getattr(layer, parent_name)
-                for target in TARGETS:
-                    if hasattr(parent, target):
-                        wrapped = lora(
-                            getattr(parent, target), config.lora_r, config.lora_alpha, generator
-                        )
-                        setattr(parent, target, wrapped)
-                        name = f"model.layers.{self.first + offset}.{parent_name}.{target}"
-                        self.adapted[name] = wrapped
-        self.scale = config.lora_alpha / config.lora_r
+        self.first = n - config.layers
+        self.index = n  # the added layer's index in the served model
+        self.norm = LlamaRMSNorm(model.config.hidden_size, eps=model.config.rms_norm_eps)
+        self.norm.weight.requires_grad_(False)
+        self.attn = LlamaAttention(model.config, layer_idx=n)
+        with torch.no_grad():
+            for lin in (self.attn.q_proj, self.attn.k_proj, self.attn.v_proj, self.attn.o_proj):
+                lin.weight.zero_()  # zero output until built: the run's judge exactly
 
-    def parameters(self) -> list[Any]:
-        return [p for m in self.adapted.values() for p in (m.lora_A, m.lora_B)]
-
-    def state(self) -> dict[str, Any]:
-        out = {}
-        for name, m in self.adapted.items():
-            out[f"{name}.lora_A.weight"] = m.lora_A.detach().clone()
-            out[f"{name}.lora_B.weight"] = m.lora_B.detach().clone()
-        return out
-
-    def load(self, state: dict[str, Any]) -> None:
+    def final(self, states: Any, keep: Any = None) -> Any:
+        """The residual stream leaving the frozen top layers, from the saved states; kept in
+        bf16 (``keep``: another dtype)."""
         import torch
 
         with torch.no_grad():
-            for name, m in self.adapted.items():
-                m.lora_A.copy_(state[f"{name}.lora_A.weight"])
-                m.lora_B.copy_(state[f"{name}.lora_B.weight"])
+            h, positions, rotary, mask = self._prepare(states)
+            for layer in self.model.model.layers[self.first :]:
+                h = layer(
+                    h, attention_mask=mask, position_embeddings=rotary, position_ids=positions
+                )
+        return h[0].to(torch.bfloat16 if keep is None else keep)
 
-    def logits(self, states: Any, start: int) -> Any:
-        """The output layer's logits at positions ``start`` .. end - 1 of one item, from the
-        states entering the first top layer (as the full model computes them)."""
+    def _prepare(self, states: Any) -> tuple[Any, Any, Any, Any]:
         import torch
         from transformers.masking_utils import create_causal_mask
 
@@ -360,38 +330,237 @@ class TopLayers:
             past_key_values=None,
             position_ids=positions,
         )
-        rotary = inner.rotary_emb(h, position_ids=positions)
-        for layer in self.layers:
-            h = layer(h, attention_mask=mask, position_embeddings=rotary, position_ids=positions)
-        h = inner.norm(h[:, start:])
-        return self.model.lm_head(h)[0]
+        return h, positions, inner.rotary_emb(h, position_ids=positions), mask
+
+    def logits(self, final: Any, start: int) -> Any:
+        """The output layer's logits at positions ``start`` .. end - 1 of one item, from the
+        residual leaving the frozen layers (as the served model computes them)."""
+        h, positions, rotary, mask = self._prepare(final)
+        added, _ = self.attn(
+            self.norm(h), position_embeddings=rotary, attention_mask=mask, position_ids=positions
+        )
+        h = h + added
+        return self.model.lm_head(self.model.model.norm(h[:, start:]))[0]
+
+    def normed(self, final: Any) -> Any:
+        """What the added attention reads: the residual through its (unit-weight) RMS norm."""
+        import torch
+
+        with torch.no_grad():
+            return self.norm(final.to(torch.float32))
+
+    def build(self, parts: dict[str, Any], scale: float) -> None:
+        """Set the attention from its fitted parts (see ``build_verdict``): query heads 0 and 3
+        (of key/value heads 0 and 1) look for the ends of Response 1 and Response 2 through the
+        slowest rotary pair (dimension 31 of 64, which turns by under 0.06 rad over 4,096
+        positions), read the readout ``w`` there into dimension 0, and write +/- ``scale`` times
+        it along ``u``: the verdict digits' margin moves by about scale (s1 - s2) / rms(h)."""
+        import torch
+
+        a = self.attn
+        d = a.head_dim
+        slow = d // 2 - 1
+        per_kv = a.num_key_value_groups
+        with torch.no_grad():
+            for lin in (a.q_proj, a.k_proj, a.v_proj, a.o_proj):
+                lin.weight.zero_()
+            for kv, probe in ((0, parts["probe_1"]), (1, parts["probe_2"])):
+                a.q_proj.weight[kv * per_kv * d + slow] = parts["query"]
+                a.k_proj.weight[kv * d + slow] = probe
+                a.v_proj.weight[kv * d] = parts["readout"]
+            a.o_proj.weight[:, 0] = scale * parts["u"]
+            a.o_proj.weight[:, per_kv * d] = -scale * parts["u"]
+
+    def state(self) -> dict[str, Any]:
+        """The added layer's weights as the served checkpoint names them (the MLP's zero weights
+        are made by the merge)."""
+        prefix = f"model.layers.{self.index}"
+        out = {
+            f"{prefix}.self_attn.{name}.weight": getattr(self.attn, name).weight.detach().clone()
+            for name in ("q_proj", "k_proj", "v_proj", "o_proj")
+        }
+        out[f"{prefix}.input_layernorm.weight"] = self.norm.weight.detach().clone()
+        out[f"{prefix}.post_attention_layernorm.weight"] = self.norm.weight.detach().clone()
+        return out
+
+    def load(self, state: dict[str, Any]) -> None:
+        import torch
+
+        prefix = f"model.layers.{self.index}"
+        with torch.no_grad():
+            for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
+                getattr(self.attn, name).weight.copy_(state[f"{prefix}.self_attn.{name}.weight"])
 
 
-def item_loss(
-    top: TopLayers, states: Any, item: dict[str, Any], digits: tuple[int, int], copy_weight: float
-) -> tuple[Any, float]:
-    """The decision's cross-entropy plus ``copy_weight`` times the mean of the other target
-    tokens'; and the decision's margin toward the label (digit of the label minus the other)."""
+def marker_positions(ids: Sequence[int], prompt: int, ends: dict[int, list[int]]) -> list[int]:
+    """The index of the last token of ``[End of Response 1]`` and of ``[End of Response 2]`` in
+    a prompt (their last occurrence before ``prompt``). Judged texts never hold them: the
+    renderer quotes bracketed markers inside a text as ``(End of Response 1)``."""
+    found = []
+    for k in (1, 2):
+        tail = ends[k]
+        hits = [
+            i + len(tail) - 1
+            for i in range(prompt - len(tail), -1, -1)
+            if list(ids[i : i + len(tail)]) == tail
+        ]
+        if not hits:
+            raise ValueError(f"no [End of Response {k}] marker in a judging prompt")
+        found.append(hits[0])
+    return found
+
+
+def end_marker_ids(tokenizer: Any) -> dict[int, list[int]]:
+    """The tokens of ``End of Response k]`` as the template's markers tokenize after ``[``."""
+    out = {}
+    for k in (1, 2):
+        ids = tokenizer.encode(f"\n[End of Response {k}]", add_special_tokens=False)
+        words = [tokenizer.decode([i]) for i in ids]
+        start = next(i for i, w in enumerate(words) if w.strip() == "End")
+        out[k] = ids[start:]
+    return out
+
+
+def _fit_logistic(x: Any, y: Any, penalty: float, weight: Any = None, bias: bool = False) -> Any:
+    """L2-penalised logistic regression (LBFGS, float64): the weights (and bias)."""
     import torch
 
-    ids = item["ids"]
-    start = item["prompt"] - 1  # the state at p predicts token p + 1
-    logits = top.logits(states, start)[:-1]
-    target = torch.tensor(ids[item["prompt"] :], dtype=torch.long)
-    losses = torch.nn.functional.cross_entropy(logits, target, reduction="none")
-    d = item["decision"] - item["prompt"]
-    rest = torch.cat([losses[:d], losses[d + 1 :]])
-    loss = losses[d] + copy_weight * rest.mean()
-    one, two = digits
-    margin = logits[d, one] - logits[d, two]
-    m = float(margin.detach())
-    toward = m if item["label"] == 1 else -m
-    return loss, toward
+    x, y = x.double(), y.double()
+    w = torch.zeros(x.shape[1], dtype=torch.float64, requires_grad=True)
+    b = torch.zeros(1, dtype=torch.float64, requires_grad=bias)
+    opt = torch.optim.LBFGS(
+        [w, b] if bias else [w], lr=1, max_iter=200 if bias else 300, line_search_fn="strong_wolfe"
+    )
+
+    def closure() -> Any:
+        opt.zero_grad()
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(x @ w + b, y, weight=weight)
+        loss = loss + penalty * (w @ w)
+        loss.backward()
+        return loss
+
+    opt.step(closure)
+    return w.detach().float()
+
+
+def build_verdict(
+    layer: VerdictLayer,
+    finals: Sequence[Any],
+    items: Sequence[dict[str, Any]],
+    tokenizer: Any,
+    config: VerdictConfig,
+    say: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """Fit the added attention's parts on the training items and choose its scale on the
+    development items; the layer is left built with the chosen scale. Returns the figures."""
+    import torch
+
+    ends = end_marker_ids(tokenizer)
+    where = [(*marker_positions(it["ids"], it["prompt"], ends), it["decision"] - 1) for it in items]
+    dev = torch.tensor([bool(it["dev"]) for it in items])
+    train = ~dev
+    n1 = torch.stack([layer.normed(f[r[0]]) for f, r in zip(finals, where, strict=True)])
+    n2 = torch.stack([layer.normed(f[r[1]]) for f, r in zip(finals, where, strict=True)])
+    nd = torch.stack([layer.normed(f[r[2]]) for f, r in zip(finals, where, strict=True)])
+    generator = torch.Generator().manual_seed(config.seed)
+    negatives = []
+    for f, r, it in zip(finals, where, items, strict=True):
+        if it["dev"]:
+            continue
+        idx = torch.randint(0, f.shape[0], (config.negatives_per_item,), generator=generator)
+        idx = idx[(idx != r[0]) & (idx != r[1])]
+        negatives.append(layer.normed(f[idx]))
+    neg = torch.cat(negatives)
+
+    def probe(pos: Any, others: Any) -> Any:
+        x = torch.cat([pos, others])
+        y = torch.cat([torch.ones(len(pos)), torch.zeros(len(others))])
+        weight = torch.where(y > 0, len(others) / len(pos), 1.0).double()
+        return _fit_logistic(x, y, config.probe_penalty, weight, bias=True)
+
+    probe_1 = probe(n1[train], torch.cat([neg, n2[train]]))
+    probe_2 = probe(n2[train], torch.cat([neg, n1[train]]))
+    label = torch.tensor([1.0 if it["label"] == 1 else 0.0 for it in items])
+    readout = _fit_logistic((n1 - n2)[train], label[train], config.readout_penalty)
+    mean_decision = nd[train].mean(0)
+    model = layer.model
+    one, two = digit_ids(tokenizer)
+    toward = model.model.norm.weight.detach() * (
+        model.lm_head.weight.detach()[one] - model.lm_head.weight.detach()[two]
+    )
+    parts = {
+        "probe_1": probe_1,
+        "probe_2": probe_2,
+        "readout": readout,
+        "query": config.sharpness * mean_decision / float((nd @ mean_decision).mean()),
+        "u": toward / (toward @ toward),
+    }
+    dev_index = [i for i in range(len(items)) if items[i]["dev"]]
+    separation = {
+        k: _separation(layer, finals, where, dev_index, parts[f"probe_{k}"], k - 1) for k in (1, 2)
+    }
+    teacher = (n1 - n2)[dev] @ readout
+    teacher_rows = [
+        {**_meta(items[i]), "verdict": 1 if float(z) > 0 else 2}
+        for i, z in zip(dev_index, teacher, strict=True)
+    ]
+    layer.build(parts, 0.0)
+    run_alone = _brief(evaluate(layer, finals, items, dev_index, (one, two)))
+    by_scale: dict[str, Any] = {}
+    for scale in config.scales:
+        layer.build(parts, scale)
+        by_scale[f"{scale:g}"] = _brief(evaluate(layer, finals, items, dev_index, (one, two)))
+        say(f"scale {scale:g}: development {json.dumps(by_scale[f'{scale:g}'])}")
+    chosen = min(config.scales, key=lambda s: by_scale[f"{s:g}"]["decision_loss"])
+    layer.build(parts, chosen)
+    return {
+        "scale": chosen,
+        "chosen_by": "lowest development decision loss",
+        "development": by_scale[f"{chosen:g}"],
+        "by_scale": by_scale,
+        "marker_separation": separation,
+        "readout_alone": _brief_rows(teacher_rows),
+        "run_alone": run_alone,
+        "training_pairs": int(train.sum()) // 2,
+        "development_pairs": len(dev_index) // 2,
+    }
+
+
+def _separation(
+    layer: VerdictLayer,
+    finals: Sequence[Any],
+    where: Sequence[tuple[int, int, int]],
+    dev_index: Sequence[int],
+    probe: Any,
+    which: int,
+) -> dict[str, float]:
+    """How far a marker probe's score at its marker stands above its highest score elsewhere
+    up to the decision, over the development items: the least, the median, the share above."""
+    import torch
+
+    gaps = []
+    for i in dev_index:
+        r = where[i]
+        score = layer.normed(finals[i][: r[2] + 1]) @ probe
+        target = float(score[r[which]])
+        score[r[which]] = -1e9
+        gaps.append(target - float(score.max()))
+    g = torch.tensor(gaps)
+    return {
+        "least": round(float(g.min()), 3),
+        "median": round(float(g.median()), 3),
+        "share_above": round(float((g > 0).float().mean()), 4),
+    }
+
+
+def _brief_rows(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    a = summarize(rows)["all"]
+    return {k: round(a[k], 4) for k in ("accuracy", "slot1_share", "both_orders_right", "items")}
 
 
 def evaluate(
-    top: TopLayers,
-    states: Sequence[Any],
+    top: VerdictLayer,
+    finals: Sequence[Any],
     items: Sequence[dict[str, Any]],
     indices: Sequence[int],
     digits: tuple[int, int],
@@ -407,7 +576,7 @@ def evaluate(
     with torch.no_grad():
         for i in indices:
             item = items[i]
-            logits = top.logits(states[i], item["prompt"] - 1)[:-1]
+            logits = top.logits(finals[i], item["prompt"] - 1)[:-1]
             d = item["decision"] - item["prompt"]
             margin = float(logits[d, one] - logits[d, two])
             toward = margin if item["label"] == 1 else -margin
@@ -427,204 +596,6 @@ def evaluate(
 
 def _meta(item: dict[str, Any]) -> dict[str, Any]:
     return {k: item[k] for k in ("pair_id", "source", "label", "longer")}
-
-
-def step_plan(items: Sequence[dict[str, Any]], config: VerdictConfig) -> list[list[int]]:
-    """Every step of every epoch, fixed by the seed: the training pairs reshuffled each epoch,
-    ``pairs_per_step`` pairs a step, both orders of a pair in the same step."""
-    by_pair: dict[str, list[int]] = {}
-    for i, item in enumerate(items):
-        if not item["dev"]:
-            by_pair.setdefault(item["pair_id"], []).append(i)
-    pair_ids = sorted(by_pair)
-    steps: list[list[int]] = []
-    for epoch in range(config.epochs):
-        order = list(pair_ids)
-        random.Random(f"{config.seed}:{epoch}").shuffle(order)
-        for k in range(0, len(order) - config.pairs_per_step + 1, config.pairs_per_step):
-            steps.append([i for p in order[k : k + config.pairs_per_step] for i in by_pair[p]])
-    return steps
-
-
-def lr_at(step: int, total: int, config: VerdictConfig) -> float:
-    base = config.learning_rate
-    if step < config.warmup_steps:
-        return base * (step + 1) / config.warmup_steps
-    done = min(1.0, (step - config.warmup_steps) / max(1, total - config.warmup_steps))
-    return base * (1.0 - (1.0 - config.final_lr_fraction) * done)
-
-
-def train_top(
-    model_dir: Path,
-    items: Sequence[dict[str, Any]],
-    states: Sequence[Any],
-    out: Path,
-    config: VerdictConfig,
-    resume: bool = False,
-    stop_after: int | None = None,
-    say: Callable[[str], None] = print,
-    progress_bar: bool = True,
-) -> dict[str, Any]:
-    """Train the top layers' LoRA on the saved states; after each epoch score the development
-    items; write the best epoch's weights to ``out/verdict-layer.safetensors``."""
-    import torch
-    from safetensors.torch import save_file
-
-    torch.set_num_threads(config.threads or os.cpu_count() or 1)
-    torch.manual_seed(config.seed)
-    model = _load_model(model_dir)
-    top = TopLayers(model, config)
-    params = top.parameters()
-    optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=config.weight_decay)
-    digits = digit_ids_from_items(model_dir)
-    steps = step_plan(items[: len(states)], config)
-    if not steps:
-        raise ValueError("no training step: too few training pairs have states")
-    per_epoch = len(steps) // config.epochs
-    dev = [i for i in range(len(states)) if items[i]["dev"]]
-    state_path = out / STATE_FILE
-    progress, best_state = _start_or_resume(top, optimizer, out, config, resume)
-    if progress["step"]:
-        say(f"training: resuming at step {progress['step'] + 1} of {len(steps)}")
-    say(
-        f"training: {len(steps)} steps ({config.epochs} epochs of {per_epoch}), "
-        f"{sum(1 for i in range(len(states)) if not items[i]['dev']) // 2} training pairs, "
-        f"{len(dev) // 2} development pairs, top {config.layers} layers"
-    )
-
-    def checkpoint() -> None:
-        tmp = state_path.with_suffix(".tmp")
-        torch.save(
-            {
-                "fingerprint": config.fingerprint(),
-                "lora": top.state(),
-                "optimizer": optimizer.state_dict(),
-                "progress": progress,
-                "best_state": best_state,
-            },
-            tmp,
-        )
-        os.replace(tmp, state_path)
-
-    from tqdm import tqdm
-
-    bar = tqdm(
-        total=len(steps),
-        initial=progress["step"],
-        unit="step",
-        file=sys.stderr,
-        disable=not progress_bar,
-    )
-    last_save = time.monotonic()
-    done_now = 0
-    with (out / LOG_FILE).open("a") as log:
-        while progress["step"] < len(steps):
-            step = progress["step"]
-            lr = lr_at(step, len(steps), config)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            t0 = time.monotonic()
-            record = _train_step(
-                top, optimizer, [(states[i], items[i]) for i in steps[step]], digits, config
-            )
-            elapsed = time.monotonic() - t0
-            progress["step"] = step + 1
-            progress["seconds"] += elapsed
-            done_now += 1
-            record = {"step": step + 1, "lr": lr, **record, "seconds": round(elapsed, 3)}
-            if (step + 1) % per_epoch == 0:
-                epoch = (step + 1) // per_epoch
-                figures = evaluate(top, states, items, dev, digits)
-                entry = {"epoch": epoch, "step": step + 1, "dev": _brief(figures)}
-                progress["epochs"].append(entry)
-                say(f"epoch {epoch}: development {json.dumps(entry['dev'])}")
-                best = progress["best"]
-                if best is None or figures["decision_loss"] < best["dev"]["decision_loss"]:
-                    progress["best"] = entry
-                    best_state = top.state()
-                record["dev"] = entry["dev"]
-            log.write(json.dumps(record) + "\n")
-            log.flush()
-            bar.set_postfix(loss=f"{record['loss']:.3f}", dloss=f"{record['decision_loss']:.3f}")
-            bar.update(1)
-            finished = progress["step"] == len(steps)
-            stopping = stop_after is not None and done_now >= stop_after
-            if (
-                finished
-                or stopping
-                or "dev" in record
-                or (time.monotonic() - last_save >= config.checkpoint_every_s)
-            ):
-                checkpoint()
-                last_save = time.monotonic()
-            if stopping and not finished:
-                bar.close()
-                say(f"stopped after step {progress['step']}; --resume continues")
-                return {"finished": False, "step": progress["step"], "steps": len(steps)}
-    bar.close()
-    assert best_state is not None
-    save_file(
-        {k: v.contiguous() for k, v in best_state.items()},
-        str(out / VERDICT_WEIGHTS),
-        metadata={"format": "pt", "scale": repr(top.scale)},
-    )
-    return {
-        "finished": True,
-        "steps": len(steps),
-        "train_seconds": round(progress["seconds"], 1),
-        "epochs": progress["epochs"],
-        "chosen": progress["best"],
-    }
-
-
-def _start_or_resume(
-    top: TopLayers, optimizer: Any, out: Path, config: VerdictConfig, resume: bool
-) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """A new run's progress, or a resumed run's (its weights and optimizer loaded, its log cut
-    back to its checkpoint)."""
-    import torch
-
-    state_path = out / STATE_FILE
-    if resume and state_path.is_file():
-        saved = torch.load(state_path, weights_only=False)
-        if saved["fingerprint"] != config.fingerprint():
-            raise ValueError(f"{state_path} is a run with other settings; train into another out")
-        top.load(saved["lora"])
-        optimizer.load_state_dict(saved["optimizer"])
-        _trim_log(out / LOG_FILE, saved["progress"]["step"])
-        return saved["progress"], saved["best_state"]
-    if state_path.is_file():
-        raise ValueError(f"{out} already holds a training run: pass --resume to continue it")
-    (out / LOG_FILE).unlink(missing_ok=True)
-    return {"step": 0, "seconds": 0.0, "epochs": [], "best": None}, None
-
-
-def _train_step(
-    top: TopLayers,
-    optimizer: Any,
-    batch: Sequence[tuple[Any, dict[str, Any]]],
-    digits: tuple[int, int],
-    config: VerdictConfig,
-) -> dict[str, Any]:
-    """One optimizer step over the batch (gradients accumulated item by item); its figures."""
-    import torch
-
-    optimizer.zero_grad(set_to_none=True)
-    losses, towards = [], []
-    for states, item in batch:
-        loss, toward = item_loss(top, states, item, digits, config.copy_weight)
-        (loss / len(batch)).backward()
-        losses.append(float(loss.detach()))
-        towards.append(toward)
-    grad_norm = float(torch.nn.utils.clip_grad_norm_(top.parameters(), config.max_grad_norm))
-    optimizer.step()
-    softplus = torch.nn.functional.softplus
-    return {
-        "loss": sum(losses) / len(losses),
-        "decision_loss": sum(float(softplus(torch.tensor(-t))) for t in towards) / len(towards),
-        "accuracy": sum(1 for t in towards if t > 0) / len(towards),
-        "grad_norm": grad_norm,
-    }
 
 
 def _brief(figures: dict[str, Any]) -> dict[str, Any]:
@@ -652,11 +623,33 @@ def digit_ids_from_items(model_dir: Path) -> tuple[int, int]:
     return digit_ids(AutoTokenizer.from_pretrained(model_dir))
 
 
-def _trim_log(path: Path, step: int) -> None:
-    if not path.is_file():
-        return
-    kept = [line for line in path.read_text().splitlines() if json.loads(line)["step"] <= step]
-    path.write_text("".join(f"{line}\n" for line in kept))
+def fit_verdict(
+    model_dir: Path,
+    items: Sequence[dict[str, Any]],
+    states: Sequence[Any],
+    out: Path,
+    config: VerdictConfig,
+    tokenizer: Any,
+    say: Callable[[str], None] = print,
+    progress_bar: bool = True,
+) -> dict[str, Any]:
+    """The frozen top layers on the saved states, then the added layer built and its scale
+    chosen (``build_verdict``); its weights written to ``out/verdict-layer.safetensors``."""
+    import torch
+    from safetensors.torch import save_file
+    from tqdm import tqdm
+
+    torch.set_num_threads(config.threads or os.cpu_count() or 1)
+    layer = VerdictLayer(_load_model(model_dir), config)
+    bar = tqdm(states, unit="item", file=sys.stderr, disable=not progress_bar, desc="top layers")
+    finals = [layer.final(s) for s in bar]
+    figures = build_verdict(layer, finals, items[: len(finals)], tokenizer, config, say)
+    save_file(
+        {k: v.contiguous() for k, v in layer.state().items()},
+        str(out / VERDICT_WEIGHTS),
+        metadata={"format": "pt", "added_layer": str(layer.index)},
+    )
+    return figures
 
 
 # --- the whole step --------------------------------------------------------------------------
@@ -671,10 +664,9 @@ def run_verdict(
     resume: bool = False,
     say: Callable[[str], None] = print,
     progress_bar: bool = True,
-    stop_after: int | None = None,
 ) -> dict[str, Any]:
-    """States from the run's merged model (resumable), then the top layers' training
-    (resumable); writes ``verdict-layer.safetensors`` and ``verdict-report.json``."""
+    """States from the run's merged model (resumable), then the added layer's fit (minutes);
+    writes ``verdict-layer.safetensors`` and ``verdict-report.json``."""
     import tempfile
 
     from transformers import AutoTokenizer
@@ -705,16 +697,20 @@ def run_verdict(
         plan_path.write_text(json.dumps(record, indent=1) + "\n")
         say(f"plan: {record}")
         extracted = extract_states(model, plan, out, config, resume, say, progress_bar)
+        if extracted["items"] < len(plan):
+            return {"finished": False, **extracted}
         states, seconds = load_states(out)
-        trained = train_top(model, plan, states, out, config, resume, stop_after, say, progress_bar)
-        if not trained["finished"]:
-            return trained
+        t0 = time.monotonic()
+        built = fit_verdict(model, plan, states, out, config, tokenizer, say, progress_bar)
+        fit_seconds = time.monotonic() - t0
     report = {
         "config": asdict(config),
         "plan": record,
         "states_seconds": round(seconds, 1),
         "states": extracted,
-        **trained,
+        "fit_seconds": round(fit_seconds, 1),
+        "finished": True,
+        **built,
         "precision": resolve_precision(config.precision),
         "cpu": cpu_name(),
         "session_seconds": round(time.monotonic() - started, 1),
