@@ -84,9 +84,9 @@ class Settings(BaseSettings):
     # --- model -------------------------------------------------------------------------------
     model: str = Field(
         _ENGINE.model,
-        description="'default': the judge the package ships (an adapter in artifacts/judge, "
-        "built once onto the base model, every hash checked), else the base model; this release "
-        "ships none (docs/training.md), so it is SmolLM2-135M-Instruct. 'base': "
+        description="'default': the judge the package ships (artifacts/judge: an adapter and a "
+        "verdict layer trained here, built once onto the base model, every hash checked; 60.4% "
+        "on 843 held-out pairs in both orders, docs/training.md), else the base model. 'base': "
         "SmolLM2-135M-Instruct untrained. Or a judge folder of `reflectrm train ship-judge`, a "
         "Hugging Face-format checkpoint folder, or a hub id (online users only).",
     )

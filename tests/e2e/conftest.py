@@ -38,6 +38,16 @@ E2E_MAX_TOKENS = 48
 E2E_DTYPE = "float32"
 
 
+def default_model_name() -> str:
+    """The name responses carry for the default model: the shipped judge's built folder when
+    the package ships one, else the base model's (resolving checks the hashes; set-up built it)."""
+    from pathlib import Path
+
+    from reflectrm.checkpoints import DEFAULT_MODEL, default_cache_dir, resolve_model
+
+    return Path(resolve_model(DEFAULT_MODEL, default_cache_dir(), None)).name
+
+
 def e2e_settings(**overrides: Any) -> Settings:
     base: dict[str, Any] = {
         "kv_cache_gib": 2.0,

@@ -16,7 +16,7 @@ from reflectrm.evaluation.pairwise import report
 from reflectrm.evaluation.pairwise.runner import EngineBackend, HttpBackend, plan, run_units
 from reflectrm.judging.judge import Judge
 from tests.conftest import SHARED_DATA
-from tests.e2e.conftest import E2E_MAX_TOKENS
+from tests.e2e.conftest import E2E_MAX_TOKENS, default_model_name
 
 pytestmark = pytest.mark.skipif(
     not (SHARED_DATA / "benchmarks").is_dir(),
@@ -108,7 +108,7 @@ def test_eval_command_through_the_service(live, tmp_path):
     argv += ["--no-progress", "--bootstrap", "50"]
     assert cli.main(argv) == 0
     loaded = records.load(out / cli.RESULTS_NAME)
-    assert loaded.runs[0]["model"] == "SmolLM2-135M-Instruct-f32"
+    assert loaded.runs[0]["model"] == default_model_name()
     assert len(loaded.records) == 4  # 1 pair x 2 orders x 2 modes
     for r in loaded.records:
         assert r.status in ("verdict", "no_verdict")

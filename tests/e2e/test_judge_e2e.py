@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from loadtests.harness.metrics import parse_metrics
-from tests.e2e.conftest import E2E_MAX_TOKENS
+from tests.e2e.conftest import E2E_MAX_TOKENS, default_model_name
 
 PAIR = {
     "prompt": "What is the capital of France?",
@@ -27,7 +27,7 @@ def check_common(body: dict) -> None:
     assert body["scores"][0] + body["scores"][1] == pytest.approx(1.0)
     assert all(0.0 <= s <= 1.0 for s in body["scores"])
     assert body["template_version"] == "v1"
-    assert body["model"] == "SmolLM2-135M-Instruct-f32"
+    assert body["model"] == default_model_name()
     assert body["latency_ms"] > 0
 
 
