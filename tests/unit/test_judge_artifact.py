@@ -204,3 +204,22 @@ def test_without_a_packaged_judge_the_default_is_the_base_model(
     monkeypatch.setattr(checkpoints, "ARTIFACT_DIR", tmp_path / "no-judge")
     monkeypatch.setattr(checkpoints, "prepare_default_model", lambda cache, say: base)
     assert Path(resolve_model(DEFAULT_MODEL, tmp_path / "cache", "v1")) == base
+
+
+def test_the_package_ships_a_judge_with_its_verdict_layer_and_every_hash_holds() -> None:
+    """The committed default judge: its manifest names the adapter, the verdict layer and the
+    split, each file has the recorded sha256, and its held-out figures are recorded."""
+    from reflectrm.checkpoints import ARTIFACT_DIR
+    from reflectrm.judge_artifact import VERDICT_WEIGHTS, check_artifact, is_judge_artifact
+
+    assert is_judge_artifact(ARTIFACT_DIR)
+    manifest = read_manifest(ARTIFACT_DIR)
+    assert set(manifest["files"]) == {
+        ADAPTER_WEIGHTS,
+        "adapter_config.json",
+        "holdout-split.json",
+        VERDICT_WEIGHTS,
+    }
+    check_artifact(ARTIFACT_DIR, manifest, None)
+    assert manifest["heldout"]["accuracy_mean_of_both_orders"] > manifest["heldout"]["longer_wins"]
+    assert manifest["verdict"]["scale"] in manifest["verdict"]["config"]["scales"]
