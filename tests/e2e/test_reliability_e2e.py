@@ -28,6 +28,8 @@ PAIR: dict[str, Any] = {
     "prompt": "What is the capital of France?",
     "responses": ["The capital of France is Paris.", "The capital of France is Berlin."],
 }
+# These judgments' lengths rely on the untrained base model (BASE below), whose analyses run on
+# to their bound; the default judge, trained on the format, ends every output at 33 tokens.
 # Certainly running when the test acts: 8 samples of up to 1024 tokens, then reflections.
 LONG = {**PAIR, "max_tokens": 1024, "seed": 1}
 # Certainly longer than the drain's grace period: 8 samples of up to 3072 tokens (the analyses
@@ -37,6 +39,7 @@ LONG = {**PAIR, "max_tokens": 1024, "seed": 1}
 LONGER = {**PAIR, "mode": "vote", "max_tokens": 3072, "seed": 1}
 SHORT = {**PAIR, "mode": "single", "max_tokens": 32, "seed": 2}
 GRACE_S = 40
+BASE = "base"  # REFLECTRM_MODEL of the services that must run long judgments
 
 
 # --- fuzzing against the real engine ------------------------------------------------------------
@@ -142,7 +145,10 @@ def post(url: str, body: dict) -> httpx.Response:
 
 
 def test_engine_killed_mid_load_in_flight_503_ready_503_exit_1_nothing_left(tmp_path):
-    with serving(tmp_path, ENGINE_CHECK_INTERVAL_S="1") as s, ThreadPoolExecutor(4) as pool:
+    with (
+        serving(tmp_path, MODEL=BASE, ENGINE_CHECK_INTERVAL_S="1") as s,
+        ThreadPoolExecutor(4) as pool,
+    ):
         calls = [pool.submit(post, s.url, {**LONG, "seed": i}) for i in range(3)]
         wait_for(lambda: s.in_flight() == 3, "three judgments in flight", 120)
         family = s.note_family()
@@ -170,7 +176,10 @@ def test_engine_killed_mid_load_in_flight_503_ready_503_exit_1_nothing_left(tmp_
 
 
 def test_sigterm_drains_in_flight_finish_or_are_aborted_exit_0_quietly_nothing_left(tmp_path):
-    with serving(tmp_path, SHUTDOWN_GRACE_S=str(GRACE_S)) as s, ThreadPoolExecutor(4) as pool:
+    with (
+        serving(tmp_path, MODEL=BASE, SHUTDOWN_GRACE_S=str(GRACE_S)) as s,
+        ThreadPoolExecutor(4) as pool,
+    ):
         short = pool.submit(post, s.url, SHORT)
         long = pool.submit(post, s.url, LONGER)
         wait_for(lambda: s.in_flight() == 2, "two judgments in flight", 120)
