@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from loadtests.harness.metrics import parse_metrics
-from tests.e2e.conftest import E2E_MAX_TOKENS, default_model_name
+from tests.e2e.conftest import E2E_MAX_TOKENS, default_model_name, separate_service
 
 PAIR = {
     "prompt": "What is the capital of France?",
@@ -167,54 +167,60 @@ def wait_until(condition, what: str, timeout: float) -> None:
         time.sleep(0.2)
 
 
-def test_client_disconnect_aborts_the_engine_requests(live):
-    unfinished = live.engine._llm.output_processor.get_num_unfinished_requests
+def test_client_disconnect_aborts_the_engine_requests():
+    # The untrained base model: its analyses run to their bound, so the judgment is far from
+    # done when the client leaves; the default judge ends every output at 33 tokens.
+    with separate_service(model="base") as live:
+        unfinished = live.engine._llm.output_processor.get_num_unfinished_requests
 
-    def background() -> float:
-        now = engine_counters(live.url)
-        return now["reflectrm_swap_checks_pending"] + now["reflectrm_swap_checks_running"]
+        def background() -> float:
+            now = engine_counters(live.url)
+            return now["reflectrm_swap_checks_pending"] + now["reflectrm_swap_checks_running"]
 
-    # Nothing else on the engine (earlier tests' background swap checks done), so the engine
-    # work counted below is this judgment's.
-    wait_until(lambda: unfinished() == 0 and background() == 0, "an idle engine", 300)
-    before = engine_counters(live.url)
-    # 8 samples of up to 1024 tokens: far from done when the client leaves.
-    body = {**PAIR, "max_tokens": 1024, "seed": 1}
+        # Nothing else on the engine (earlier tests' background swap checks done), so the engine
+        # work counted below is this judgment's.
+        wait_until(lambda: unfinished() == 0 and background() == 0, "an idle engine", 300)
+        before = engine_counters(live.url)
+        # 8 samples of up to 1024 tokens: far from done when the client leaves.
+        body = {**PAIR, "max_tokens": 1024, "seed": 1}
 
-    async def leave_once_the_engine_generates() -> dict[str, float]:
-        async with httpx.AsyncClient(base_url=live.url, timeout=600) as client:
-            call = asyncio.create_task(client.post("/v1/judge", json=body))
-            deadline = time.monotonic() + 300
-            while True:
-                # The client leaves only once the engine holds its requests and has generated
-                # tokens: a request refused or stuck before the engine fails here.
-                await asyncio.sleep(0.2)
-                if call.done():
-                    answer = call.result()
-                    raise AssertionError(f"answered before it was left: {answer.status_code}")
-                assert time.monotonic() < deadline, "the engine never started on the judgment"
-                if unfinished() == 0:
-                    continue
-                started = engine_counters(live.url)
-                if started["vllm:generation_tokens_total"] > before["vllm:generation_tokens_total"]:
-                    break
-            call.cancel()  # closes the connection: the client is gone
-            with contextlib.suppress(asyncio.CancelledError):
-                await call
-        return started
+        async def leave_once_the_engine_generates() -> dict[str, float]:
+            async with httpx.AsyncClient(base_url=live.url, timeout=600) as client:
+                call = asyncio.create_task(client.post("/v1/judge", json=body))
+                deadline = time.monotonic() + 300
+                while True:
+                    # The client leaves only once the engine holds its requests and has generated
+                    # tokens: a request refused or stuck before the engine fails here.
+                    await asyncio.sleep(0.2)
+                    if call.done():
+                        answer = call.result()
+                        raise AssertionError(f"answered before it was left: {answer.status_code}")
+                    assert time.monotonic() < deadline, "the engine never started on the judgment"
+                    if unfinished() == 0:
+                        continue
+                    started = engine_counters(live.url)
+                    if (
+                        started["vllm:generation_tokens_total"]
+                        > before["vllm:generation_tokens_total"]
+                    ):
+                        break
+                call.cancel()  # closes the connection: the client is gone
+                with contextlib.suppress(asyncio.CancelledError):
+                    await call
+            return started
 
-    started = asyncio.run(leave_once_the_engine_generates())
-    assert started["vllm:prompt_tokens_total"] > before["vllm:prompt_tokens_total"]
-    deadline = time.monotonic() + 15
-    while unfinished() > 0:
-        assert time.monotonic() < deadline, "engine requests kept running after the disconnect"
-        time.sleep(0.2)
-    stopped = engine_counters(live.url)
-    time.sleep(1.0)
-    after = engine_counters(live.url)
-    # Aborted, not finished: no more tokens, far fewer than 8 x 1024, and the judgment counted as
-    # disconnected.
-    assert after["vllm:generation_tokens_total"] == stopped["vllm:generation_tokens_total"]
-    generated = after["vllm:generation_tokens_total"] - before["vllm:generation_tokens_total"]
-    assert 0 < generated < 8 * 1024, generated
-    assert after["disconnected"] - before["disconnected"] == 1, (before, after)
+        started = asyncio.run(leave_once_the_engine_generates())
+        assert started["vllm:prompt_tokens_total"] > before["vllm:prompt_tokens_total"]
+        deadline = time.monotonic() + 15
+        while unfinished() > 0:
+            assert time.monotonic() < deadline, "engine requests kept running after the disconnect"
+            time.sleep(0.2)
+        stopped = engine_counters(live.url)
+        time.sleep(1.0)
+        after = engine_counters(live.url)
+        # Aborted, not finished: no more tokens, far fewer than 8 x 1024, and the judgment counted as
+        # disconnected.
+        assert after["vllm:generation_tokens_total"] == stopped["vllm:generation_tokens_total"]
+        generated = after["vllm:generation_tokens_total"] - before["vllm:generation_tokens_total"]
+        assert 0 < generated < 8 * 1024, generated
+        assert after["disconnected"] - before["disconnected"] == 1, (before, after)
