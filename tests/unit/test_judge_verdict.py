@@ -29,17 +29,7 @@ from reflectrm.training.verdict import (
     marker_positions,
     verdict_plan,
 )
-
-QUESTIONS = [
-    ("What is the capital of France?", "Paris.", "Berlin."),
-    ("What is 2 + 2?", "4", "5"),
-    ("Name a primary colour.", "Red.", "Green tea."),
-    ("Is the sun a star?", "Yes.", "No, a planet."),
-    ("Spell cat backwards.", "tac", "cta"),
-    ("How many legs has a spider?", "Eight.", "Six."),
-    ("Is water wet?", "Yes.", "Never."),
-    ("What colour is the sky?", "Blue.", "Plaid."),
-]
+from tests.unit.test_judge_training import QUESTIONS
 
 
 def _pairs(copies: int = 1) -> list[Pair]:

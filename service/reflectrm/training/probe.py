@@ -109,7 +109,7 @@ def probe_plan(
                     "source": source_of(pair.id),
                     "label": item.label,
                     "ids": prefix,
-                    "longer": _longer_slot(pair, item.label),
+                    "longer": longer_slot(pair, item.label),
                 }
             )
     return plan
@@ -120,7 +120,7 @@ def source_of(pair_id: str) -> str:
     return pair_id.split("/", 1)[0]
 
 
-def _longer_slot(pair: Pair, chosen_at: int) -> int:
+def longer_slot(pair: Pair, chosen_at: int) -> int:
     """The slot of the longer response (by characters) when the chosen one is at ``chosen_at``;
     0 for equal lengths."""
     c, r = len(pair.chosen), len(pair.rejected)

@@ -57,12 +57,10 @@ from reflectrm.training.judge import (
     resolve_precision,
     tokenize_targets,
 )
-from reflectrm.training.probe import digit_ids, source_of, summarize
+from reflectrm.training.probe import digit_ids, longer_slot, source_of, summarize
 from reflectrm.training.split import prompt_key
 
 STATES_DIR = "states"
-STATE_FILE = "train-state.pt"
-LOG_FILE = "verdict-log.jsonl"
 REPORT_FILE = "verdict-report.json"
 PLAN_FILE = "verdict-plan.json"
 VERDICT_WEIGHTS = "verdict-layer.safetensors"
@@ -138,8 +136,6 @@ def verdict_plan(
         used += 1
         dev = is_dev(pair, config)
         for item in items:
-            c, r = len(pair.chosen), len(pair.rejected)
-            longer = 0 if c == r else (item.label if c > r else 3 - item.label)
             plan.append(
                 {
                     "pair_id": pair.id,
@@ -148,7 +144,7 @@ def verdict_plan(
                     "ids": list(item.prompt_ids) + list(item.target_ids),
                     "prompt": len(item.prompt_ids),
                     "decision": len(item.prompt_ids) + d,  # the decision token's index in ids
-                    "longer": longer,
+                    "longer": longer_slot(pair, item.label),
                     "dev": dev,
                 }
             )
@@ -615,12 +611,6 @@ def _brief(figures: dict[str, Any]) -> dict[str, Any]:
             if k not in ("all", "decision_loss", "format_tokens_right")
         },
     }
-
-
-def digit_ids_from_items(model_dir: Path) -> tuple[int, int]:
-    from transformers import AutoTokenizer
-
-    return digit_ids(AutoTokenizer.from_pretrained(model_dir))
 
 
 def fit_verdict(
