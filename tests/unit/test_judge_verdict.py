@@ -23,6 +23,7 @@ from reflectrm.training.verdict import (
     VerdictConfig,
     VerdictLayer,
     build_verdict,
+    choose_scale,
     end_marker_ids,
     extract_states,
     load_states,
@@ -137,12 +138,46 @@ def test_a_resumed_pass_equals_an_uninterrupted_one(tiny: Path, tmp_path: Path) 
     with pytest.raises(ValueError, match="--resume"):
         extract_states(tiny, plan, tmp_path / "cut", config, progress_bar=False)
     extract_states(tiny, plan, tmp_path / "cut", config, resume=True, progress_bar=False)
-    whole, _ = load_states(tmp_path / "whole")
-    cut, _ = load_states(tmp_path / "cut")
+    whole, _ = load_states(tmp_path / "whole", plan)
+    cut, _ = load_states(tmp_path / "cut", plan)
     assert len(whole) == len(cut) == len(plan)
     for a, b, item in zip(whole, cut, plan, strict=True):
         assert a.shape == (len(item["ids"]), 32)
         assert torch.equal(a, b)
+
+
+def test_a_plan_with_more_items_computes_only_the_new_ones(
+    tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """States are kept per item (named by its tokens): a longer ``max_prompt_tokens`` adds to a
+    finished pass; states of other settings are refused."""
+    from reflectrm.training import verdict
+
+    short = _config(max_prompt_tokens=213)
+    longer = _config(max_prompt_tokens=4000)
+    small, large = _plan(tiny, short), _plan(tiny, longer)
+    assert 0 < len(small) < len(large)
+    extract_states(tiny, small, tmp_path / "v", short, progress_bar=False)
+    forwards = []
+    real = verdict._load_model
+
+    def counting(folder: Path) -> object:
+        model = real(folder)
+        model.register_forward_pre_hook(lambda *_a: forwards.append(1))
+        return model
+
+    monkeypatch.setattr(verdict, "_load_model", counting)
+    extract_states(tiny, large, tmp_path / "v", longer, resume=True, progress_bar=False)
+    assert len(forwards) == len(large) - len(small)
+    extract_states(tiny, large, tmp_path / "whole", longer, progress_bar=False)
+    added, _ = load_states(tmp_path / "v", large)
+    whole, _ = load_states(tmp_path / "whole", large)
+    for a, b in zip(added, whole, strict=True):
+        assert torch.equal(a, b)
+    with pytest.raises(ValueError, match="other settings"):
+        extract_states(tiny, large, tmp_path / "v", _config(layers=1), resume=True)
+    with pytest.raises(ValueError, match="no saved state"):
+        load_states(tmp_path / "v", [*large, {**large[0], "key": "never-saved"}])
 
 
 def _planted(tiny: Path, config: VerdictConfig, copies: int = 4) -> tuple[object, ...]:
@@ -184,6 +219,25 @@ def test_the_built_layer_judges_a_planted_preference_in_both_orders(tiny: Path) 
     assert figures["run_alone"]["accuracy"] < 0.9
     assert figures["marker_separation"][1]["share_above"] == 1.0
     assert figures["scale"] in config.scales
+    # As a bf16 engine computes them, too.
+    assert dev["served"]["accuracy"] == 1.0
+    assert dev["served"]["slot1_share"] == 0.5
+
+
+def test_the_scale_is_the_best_one_whose_served_verdicts_are_not_positional() -> None:
+    config = _config(scales=(3, 8, 20), slot1_band=0.03)
+
+    def figures(loss: float, slot1: float) -> dict[str, object]:
+        return {"decision_loss": loss, "served": {"slot1_share": slot1}}
+
+    # 3 has the lowest loss but names Response 1 in 56% (a bf16 tie goes to " 1"): not it.
+    by_scale = {"3": figures(0.60, 0.56), "8": figures(0.65, 0.52), "20": figures(0.70, 0.50)}
+    assert choose_scale(by_scale, config) == 8.0
+    by_scale["8"] = figures(0.65, 0.54)
+    assert choose_scale(by_scale, config) == 20.0
+    # None within the band: the closest to half.
+    by_scale["20"] = figures(0.70, 0.535)
+    assert choose_scale(by_scale, config) == 20.0
 
 
 def _states_entering(

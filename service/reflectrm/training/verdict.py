@@ -13,7 +13,8 @@ random start, did not find the markers in an epoch):
    each training pair's judging prompt in both orders followed by the whole target; the
    residual stream entering its top ``layers`` decoder layers is kept for every position (bf16;
    the layers above are not run). Resumable: the states are written in shards every
-   ``checkpoint_every_s``, and a resumed pass continues with the next item of the same plan.
+   ``checkpoint_every_s``, each named by its item's tokens, and a resumed pass computes only
+   the planned items not saved yet (so a longer ``max_prompt_tokens`` adds to a finished pass).
    The frozen top layers then run on them in float32, giving the residual the added layer reads.
 2. **Fitted parts**, on the training items (the added layer reads them through a unit-weight
    RMS norm): two marker probes (logistic: the end of Response k against random positions and
@@ -27,8 +28,11 @@ random start, did not find the markers in an epoch):
    writes +``scale`` s1 and -``scale`` s2 along ``u``. Its MLP is zero. At the verdict the digit
    margin moves by about ``scale`` (s1 - s2) / rms(h).
 4. **The scale**, from ``scales``, is the one with the lowest decision loss on the development
-   prompts (``dev_fraction`` of the pool's prompts by a seeded hash, never fitted on). The
-   held-out split is measured on the engine (``reflectrm eval``), never here.
+   prompts (``dev_fraction`` of the pool's prompts by a seeded hash, never fitted on) among
+   those whose verdicts, computed as the served engine computes them (bf16, where the verdict
+   digits' logits round to steps of 0.125-0.5 and a tie goes to " 1"), name Response 1 within
+   ``slot1_band`` of half the time. The held-out split is measured on the engine
+   (``reflectrm eval``), never here.
 
 ``judge_artifact.merge_adapter`` adds the layer after the run's adapter is merged
 (``verdict-layer.safetensors``, its index in the metadata, the MLP's zeros made by the merge).
@@ -83,14 +87,18 @@ class VerdictConfig:
     sharpness: float = 16.0
     # Candidate scales of the added layer's push on the verdict digits; the one with the lowest
     # development decision loss is written.
-    scales: tuple[float, ...] = (3.0, 5.0, 8.0, 12.0, 20.0, 60.0)
+    scales: tuple[float, ...] = (3.0, 5.0, 8.0, 12.0, 20.0, 30.0, 40.0, 60.0)
+    # The scale must keep the development verdicts' Response-1 share within this of 50% as the
+    # served engine computes them (bf16 logits, a tie going to the lower token id, " 1").
+    slot1_band: float = 0.03
     precision: str = "auto"  # of the states' forward pass
     threads: int = 0
     checkpoint_every_s: float = 180.0
 
     def fingerprint(self) -> str:
-        """What the states depend on: a resumed pass must share it."""
-        keep = ("seed", "max_pairs", "max_prompt_tokens", "dev_fraction", "layers", "precision")
+        """What a saved state depends on besides its item's tokens: a resumed pass must share
+        it (the states are kept per item, so a plan with more or fewer items reuses them)."""
+        keep = ("layers", "precision")
         body = {k: v for k, v in asdict(self).items() if k in keep}
         return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -146,9 +154,15 @@ def verdict_plan(
                     "decision": len(item.prompt_ids) + d,  # the decision token's index in ids
                     "longer": longer_slot(pair, item.label),
                     "dev": dev,
+                    "key": item_key(list(item.prompt_ids) + list(item.target_ids)),
                 }
             )
     return plan
+
+
+def item_key(ids: Sequence[int]) -> str:
+    """A saved state's name: the hash of its item's tokens."""
+    return hashlib.sha256(json.dumps(list(ids)).encode()).hexdigest()[:20]
 
 
 # --- states ----------------------------------------------------------------------------------
@@ -177,20 +191,27 @@ def extract_states(
     progress_bar: bool = True,
 ) -> dict[str, Any]:
     """The residual stream entering layer ``n_layers - layers`` at every position of every
-    planned item, in shards under ``out/states`` (bf16); resumable."""
+    planned item, in shards under ``out/states`` (bf16), each state named by its item's
+    tokens (``key``). Resumable: with ``resume`` the items already saved are skipped, so a
+    stopped pass, or a plan that adds items (a longer ``max_prompt_tokens``), computes only
+    what is missing."""
     import torch
 
     precision = resolve_precision(config.precision)
     torch.set_num_threads(config.threads or os.cpu_count() or 1)
-    model = _load_model(model_dir)
     folder = out / STATES_DIR
     folder.mkdir(parents=True, exist_ok=True)
-    done = _shards(folder)
-    have = sum(n for _, n in done)
-    if have and not resume:
+    saved = _saved_keys(folder)
+    if saved and not resume:
         raise ValueError(f"{folder} holds states: pass --resume to continue")
+    _check_settings(folder, config)
+    todo = [item for item in plan if item["key"] not in saved]
+    have = len(plan) - len(todo)
     if have:
-        say(f"states: resuming at item {have + 1} of {len(plan)}")
+        say(f"states: {have} of {len(plan)} items saved; {len(todo)} to go")
+    if not todo:
+        return {"items": len(plan), "planned": len(plan), "seconds": _saved_seconds(folder)}
+    model = _load_model(model_dir)
     first = model.config.num_hidden_layers - config.layers
     captured: dict[str, Any] = {}
 
@@ -204,73 +225,108 @@ def extract_states(
         from tqdm import tqdm
 
         bar = tqdm(total=len(plan), initial=have, unit="item", file=sys.stderr)
-    seconds = float(torch.load(done[-1][0], weights_only=False)["seconds"]) if done else 0.0
-    pending: list[Any] = []
-    start_index = have
+    pending: list[tuple[str, Any]] = []
+    seconds = 0.0
     last_save = time.monotonic()
     try:
-        for index in range(have, len(plan)):
+        for item in todo:
             t0 = time.monotonic()
-            ids = torch.tensor([plan[index]["ids"]], dtype=torch.long)
+            ids = torch.tensor([item["ids"]], dtype=torch.long)
             with (
                 torch.inference_mode(),
                 torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"),
                 contextlib.suppress(_StopForwardError),
             ):
                 model(input_ids=ids)
-            pending.append(captured["h"][0].to(torch.bfloat16).clone())
+            pending.append((item["key"], captured["h"][0].to(torch.bfloat16).clone()))
             seconds += time.monotonic() - t0
             if bar is not None:
                 bar.update(1)
             if time.monotonic() - last_save >= config.checkpoint_every_s:
-                _write_shard(folder, start_index, pending, seconds)
-                start_index += len(pending)
-                pending = []
+                _write_shard(folder, pending, seconds)
+                pending, seconds = [], 0.0
                 last_save = time.monotonic()
     finally:
         handle.remove()
         if pending:
-            _write_shard(folder, start_index, pending, seconds)
+            _write_shard(folder, pending, seconds)
         if bar is not None:
             bar.close()
-    total = sum(n for _, n in _shards(folder))
-    return {"items": total, "planned": len(plan), "seconds": seconds}
+    saved = _saved_keys(folder)
+    return {
+        "items": sum(1 for item in plan if item["key"] in saved),
+        "planned": len(plan),
+        "seconds": _saved_seconds(folder),
+    }
 
 
-def _write_shard(folder: Path, start: int, states: list[Any], seconds: float) -> None:
+def _check_settings(folder: Path, config: VerdictConfig) -> None:
+    """Refuse a states folder written with other settings (``states.json``); mark a new one."""
+    marker = folder / "states.json"
+    if not marker.is_file():
+        marker.write_text(json.dumps({"fingerprint": config.fingerprint()}) + "\n")
+        return
+    if json.loads(marker.read_text()).get("fingerprint") != config.fingerprint():
+        raise ValueError(
+            f"{folder} holds states of other settings (layers, precision): "
+            "use another --out or the same settings"
+        )
+
+
+def _write_shard(folder: Path, states: list[tuple[str, Any]], seconds: float) -> None:
+    """One shard: its items' keys, their states and the pass's seconds spent on them."""
     import torch
 
-    path = folder / f"{start:07d}-{len(states):05d}.pt"
+    number = len(list(folder.glob("*.pt")))
+    path = folder / f"{number:05d}-{len(states):05d}.pt"
     tmp = path.with_suffix(".tmp")
-    torch.save({"start": start, "states": states, "seconds": seconds}, tmp)
+    torch.save(
+        {"keys": [k for k, _ in states], "states": [v for _, v in states], "seconds": seconds},
+        tmp,
+    )
     os.replace(tmp, path)
 
 
-def _shards(folder: Path) -> list[tuple[Path, int]]:
-    """The shards in order, each with its item count (``START-COUNT.pt``; each also records the
-    pass's seconds up to it); a gap (a lost shard) ends the list."""
-    out: list[tuple[Path, int]] = []
-    expected = 0
-    for path in sorted(folder.glob("*.pt")):
-        start, n = (int(x) for x in path.stem.split("-"))
-        if start != expected:
-            break
-        out.append((path, n))
-        expected += n
-    return out
+def _shard_paths(folder: Path) -> list[Path]:
+    return sorted(folder.glob("*.pt"))
 
 
-def load_states(out: Path) -> tuple[list[Any], float]:
-    """Every saved state, in plan order, and the pass's seconds."""
+def _saved_keys(folder: Path) -> set[str]:
     import torch
 
-    states: list[Any] = []
+    keys: set[str] = set()
+    for path in _shard_paths(folder):
+        keys.update(torch.load(path, weights_only=False, mmap=True)["keys"])
+    return keys
+
+
+def _saved_seconds(folder: Path) -> float:
+    import torch
+
+    return sum(
+        float(torch.load(path, weights_only=False, mmap=True)["seconds"])
+        for path in _shard_paths(folder)
+    )
+
+
+def load_states(out: Path, plan: Sequence[dict[str, Any]]) -> tuple[list[Any], float]:
+    """The saved state of every planned item, in plan order, and the pass's seconds (over
+    every saved state, the plan's or not)."""
+    import torch
+
+    wanted = {item["key"] for item in plan}
+    found: dict[str, Any] = {}
     seconds = 0.0
-    for path, _ in _shards(out / STATES_DIR):
+    for path in _shard_paths(out / STATES_DIR):
         shard = torch.load(path, weights_only=False)
-        states += shard["states"]
-        seconds = float(shard["seconds"])
-    return states, seconds
+        seconds += float(shard["seconds"])
+        for key, state in zip(shard["keys"], shard["states"], strict=True):
+            if key in wanted:
+                found[key] = state
+    missing = len(wanted - set(found))
+    if missing:
+        raise ValueError(f"{missing} planned items have no saved state: run the pass with --resume")
+    return [found[item["key"]] for item in plan], seconds
 
 
 # --- the added layer ---------------------------------------------------------------------------
@@ -295,6 +351,7 @@ class VerdictLayer:
         self.norm = LlamaRMSNorm(model.config.hidden_size, eps=model.config.rms_norm_eps)
         self.norm.weight.requires_grad_(False)
         self.attn = LlamaAttention(model.config, layer_idx=n)
+        self._served: tuple[Any, ...] | None = None
         with torch.no_grad():
             for lin in (self.attn.q_proj, self.attn.k_proj, self.attn.v_proj, self.attn.o_proj):
                 lin.weight.zero_()  # zero output until built: the run's judge exactly
@@ -312,11 +369,11 @@ class VerdictLayer:
                 )
         return h[0].to(torch.bfloat16 if keep is None else keep)
 
-    def _prepare(self, states: Any) -> tuple[Any, Any, Any, Any]:
+    def _prepare(self, states: Any, dtype: Any = None) -> tuple[Any, Any, Any, Any]:
         import torch
         from transformers.masking_utils import create_causal_mask
 
-        h = states.to(torch.float32).unsqueeze(0)
+        h = states.to(dtype or torch.float32).unsqueeze(0)
         positions = torch.arange(h.shape[1]).unsqueeze(0)
         inner = self.model.model
         mask = create_causal_mask(
@@ -338,6 +395,30 @@ class VerdictLayer:
         h = h + added
         return self.model.lm_head(self.model.model.norm(h[:, start:]))[0]
 
+    def served_margin(self, final: Any, position: int, digits: tuple[int, int]) -> float:
+        """The two verdict digits' logit margin at ``position`` as a bf16 engine computes it:
+        the added layer, the final norm and the output layer in bf16, the logits rounded to
+        bf16 (a margin of 0 is a tie, which greedy decoding gives to the lower token id)."""
+        import copy
+
+        import torch
+
+        if self._served is None:
+            self._served = (
+                copy.deepcopy(self.attn).to(torch.bfloat16),
+                copy.deepcopy(self.norm).to(torch.bfloat16),
+                copy.deepcopy(self.model.model.norm).to(torch.bfloat16),
+                self.model.lm_head.weight.detach()[list(digits)].to(torch.bfloat16),
+            )
+        attn, norm, final_norm, rows = self._served
+        with torch.no_grad():
+            h, positions, rotary, mask = self._prepare(final[: position + 1], torch.bfloat16)
+            added, _ = attn(
+                norm(h), position_embeddings=rotary, attention_mask=mask, position_ids=positions
+            )
+            logits = final_norm(h[:, -1] + added[:, -1]) @ rows.T
+        return float(logits[0, 0].float() - logits[0, 1].float())
+
     def normed(self, final: Any) -> Any:
         """What the added attention reads: the residual through its (unit-weight) RMS norm."""
         import torch
@@ -353,6 +434,7 @@ class VerdictLayer:
         it along ``u``: the verdict digits' margin moves by about scale (s1 - s2) / rms(h)."""
         import torch
 
+        self._served = None  # its bf16 copy is made again from the new weights
         a = self.attn
         d = a.head_dim
         slow = d // 2 - 1
@@ -507,11 +589,12 @@ def build_verdict(
         layer.build(parts, scale)
         by_scale[f"{scale:g}"] = _brief(evaluate(layer, finals, items, dev_index, (one, two)))
         say(f"scale {scale:g}: development {json.dumps(by_scale[f'{scale:g}'])}")
-    chosen = min(config.scales, key=lambda s: by_scale[f"{s:g}"]["decision_loss"])
+    chosen = choose_scale(by_scale, config)
     layer.build(parts, chosen)
     return {
         "scale": chosen,
-        "chosen_by": "lowest development decision loss",
+        "chosen_by": "lowest development decision loss among the scales whose served (bf16) "
+        f"verdicts name Response 1 within {config.slot1_band:g} of half the time",
         "development": by_scale[f"{chosen:g}"],
         "by_scale": by_scale,
         "marker_separation": separation,
@@ -520,6 +603,19 @@ def build_verdict(
         "training_pairs": int(train.sum()) // 2,
         "development_pairs": len(dev_index) // 2,
     }
+
+
+def choose_scale(by_scale: dict[str, Any], config: VerdictConfig) -> float:
+    """The scale with the lowest development decision loss among those whose served verdicts'
+    Response-1 share is within ``slot1_band`` of 0.5; if none is, the one closest to 0.5."""
+
+    def off(s: float) -> float:
+        return abs(by_scale[f"{s:g}"]["served"]["slot1_share"] - 0.5)
+
+    within = [s for s in config.scales if off(s) <= config.slot1_band]
+    if not within:
+        return min(config.scales, key=off)
+    return min(within, key=lambda s: by_scale[f"{s:g}"]["decision_loss"])
 
 
 def _separation(
@@ -566,7 +662,7 @@ def evaluate(
     teacher-forced with the label's decision: the format and the copy)."""
     import torch
 
-    rows, losses = [], []
+    rows, losses, served = [], [], []
     format_right = format_total = 0
     one, two = digits
     with torch.no_grad():
@@ -578,6 +674,8 @@ def evaluate(
             toward = margin if item["label"] == 1 else -margin
             losses.append(float(torch.nn.functional.softplus(torch.tensor(-toward))))
             rows.append({**_meta(item), "margin": margin, "verdict": 1 if margin > 0 else 2})
+            served_margin = top.served_margin(finals[i], item["decision"] - 1, digits)
+            served.append({**_meta(item), "verdict": 1 if served_margin >= 0 else 2})
             target = torch.tensor(item["ids"][item["prompt"] :])
             pred = logits.argmax(dim=-1)
             keep = torch.ones_like(target, dtype=torch.bool)
@@ -587,6 +685,7 @@ def evaluate(
     figures = summarize(rows)
     figures["decision_loss"] = sum(losses) / len(losses) if losses else math.nan
     figures["format_tokens_right"] = format_right / format_total if format_total else math.nan
+    figures["served"] = summarize(served)["all"]
     return figures
 
 
@@ -608,7 +707,11 @@ def _brief(figures: dict[str, Any]) -> dict[str, Any]:
         "by_source": {
             k: {m: round(v[m], 4) for m in ("accuracy", "length_heuristic", "both_orders_right")}
             for k, v in figures.items()
-            if k not in ("all", "decision_loss", "format_tokens_right")
+            if k not in ("all", "decision_loss", "format_tokens_right", "served")
+        },
+        "served": {
+            k: round(figures["served"][k], 4)
+            for k in ("accuracy", "slot1_share", "both_orders_right")
         },
     }
 
@@ -680,16 +783,12 @@ def run_verdict(
             "dev_pairs": sum(1 for i in plan if i["dev"]) // 2,
             "tokens": sum(len(i["ids"]) for i in plan),
         }
-        if plan_path.is_file() and resume and json.loads(plan_path.read_text()) != record:
-            raise ValueError(
-                f"{plan_path} records another plan: resume with the same data and settings"
-            )
         plan_path.write_text(json.dumps(record, indent=1) + "\n")
         say(f"plan: {record}")
         extracted = extract_states(model, plan, out, config, resume, say, progress_bar)
         if extracted["items"] < len(plan):
             return {"finished": False, **extracted}
-        states, seconds = load_states(out)
+        states, seconds = load_states(out, plan)
         t0 = time.monotonic()
         built = fit_verdict(model, plan, states, out, config, tokenizer, say, progress_bar)
         fit_seconds = time.monotonic() - t0
