@@ -36,7 +36,7 @@ import random
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -89,18 +89,10 @@ def probe_plan(
     the decision token; pairs longer than ``max_prompt_tokens`` left out."""
     tokens = tokenize_targets(tokenizer)
     d = tokens.decision["preference"]
-    order = list(pairs)
-    random.Random(config.seed).shuffle(order)
-    rng = random.Random(config.seed)
     plan: list[dict[str, Any]] = []
-    used = 0
-    for pair in order:
-        if used >= config.max_pairs:
-            break
-        items = pair_items(pair, renderer, tokens, TEMPLATE_VERSION, rng, False)
-        if any(len(i.prompt_ids) > config.max_prompt_tokens for i in items):
-            continue
-        used += 1
+    for pair, items in planned_pairs(
+        pairs, renderer, tokens, config.seed, config.max_pairs, config.max_prompt_tokens
+    ):
         for item in items:
             prefix = list(item.prompt_ids) + list(item.target_ids[:d])
             plan.append(
@@ -113,6 +105,31 @@ def probe_plan(
                 }
             )
     return plan
+
+
+def planned_pairs(
+    pairs: Sequence[Pair],
+    renderer: Any,
+    tokens: Any,
+    seed: int,
+    max_pairs: int,
+    max_prompt_tokens: int,
+) -> Iterator[tuple[Pair, list[Any]]]:
+    """The pairs of a states pass, in a seeded order, each with its judging items in both orders
+    (``judge.pair_items``): at most ``max_pairs``, those with a prompt longer than
+    ``max_prompt_tokens`` left out."""
+    order = list(pairs)
+    random.Random(seed).shuffle(order)
+    rng = random.Random(seed)
+    used = 0
+    for pair in order:
+        if used >= max_pairs:
+            return
+        items = pair_items(pair, renderer, tokens, TEMPLATE_VERSION, rng, False)
+        if any(len(i.prompt_ids) > max_prompt_tokens for i in items):
+            continue
+        used += 1
+        yield pair, items
 
 
 def source_of(pair_id: str) -> str:

@@ -45,7 +45,6 @@ import hashlib
 import json
 import math
 import os
-import random
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -56,12 +55,10 @@ from typing import Any
 from reflectrm.datasets import Pair
 from reflectrm.hardware import cpu_name
 from reflectrm.training.judge import (
-    TEMPLATE_VERSION,
-    pair_items,
     resolve_precision,
     tokenize_targets,
 )
-from reflectrm.training.probe import digit_ids, longer_slot, source_of, summarize
+from reflectrm.training.probe import digit_ids, longer_slot, planned_pairs, source_of, summarize
 from reflectrm.training.split import prompt_key
 
 STATES_DIR = "states"
@@ -130,18 +127,10 @@ def verdict_plan(
     pairs whose prompt is longer than ``max_prompt_tokens`` left out."""
     tokens = tokenize_targets(tokenizer)
     d = tokens.decision["preference"]
-    order = list(pairs)
-    random.Random(config.seed).shuffle(order)
-    rng = random.Random(config.seed)
     plan: list[dict[str, Any]] = []
-    used = 0
-    for pair in order:
-        if used >= config.max_pairs:
-            break
-        items = pair_items(pair, renderer, tokens, TEMPLATE_VERSION, rng, False)
-        if any(len(i.prompt_ids) > config.max_prompt_tokens for i in items):
-            continue
-        used += 1
+    for pair, items in planned_pairs(
+        pairs, renderer, tokens, config.seed, config.max_pairs, config.max_prompt_tokens
+    ):
         dev = is_dev(pair, config)
         for item in items:
             plan.append(
