@@ -221,7 +221,7 @@ def add_layer(weights: dict[str, Any], path: Path) -> int:
             f"{path.name} adds layer {index}, the base model has {len(layers)} layers: "
             "it belongs to another model"
         )
-    added = load_file(str(path))
+    added = unpack_sparse(load_file(str(path)))
     prefix = f"model.layers.{index}."
     stray = sorted(k for k in added if not k.startswith(prefix))
     if stray or not added:
@@ -232,6 +232,40 @@ def add_layer(weights: dict[str, Any], path: Path) -> int:
         shape = weights[f"{template}{name}.weight"].shape
         weights[f"{prefix}mlp.{name}.weight"] = torch.zeros(shape, dtype=torch.float32)
     return index
+
+
+def pack_sparse(weights: dict[str, Any]) -> dict[str, Any]:
+    """Matrices mostly zero stored as their non-zero entries: ``K.indices`` (rows of (row,
+    column)), ``K.values`` and ``K.shape`` for a weight ``K``; the others as they are. An added
+    verdict layer's attention is a few rows and columns of zeros-filled matrices."""
+    import torch
+
+    out: dict[str, Any] = {}
+    for key, value in weights.items():
+        nonzero = value.nonzero()
+        if value.dim() == 2 and len(nonzero) * 3 < value.numel():
+            out[f"{key}.indices"] = nonzero.contiguous()
+            out[f"{key}.values"] = value[nonzero[:, 0], nonzero[:, 1]].contiguous()
+            out[f"{key}.shape"] = torch.tensor(list(value.shape), dtype=torch.int64)
+        else:
+            out[key] = value.contiguous()
+    return out
+
+
+def unpack_sparse(stored: dict[str, Any]) -> dict[str, Any]:
+    """``pack_sparse`` undone: each ``K.indices``/``K.values``/``K.shape`` as the matrix ``K``."""
+    import torch
+
+    out = {k: v for k, v in stored.items() if not k.endswith((".indices", ".values", ".shape"))}
+    for key in [k[: -len(".indices")] for k in stored if k.endswith(".indices")]:
+        parts = [f"{key}.{p}" for p in ("values", "shape")]
+        if any(p not in stored for p in parts):
+            raise ArtifactError(f"{key} is stored sparse without its values or shape")
+        indices, values, shape = stored[f"{key}.indices"], stored[parts[0]], stored[parts[1]]
+        dense = torch.zeros([int(x) for x in shape.tolist()], dtype=values.dtype)
+        dense[indices[:, 0], indices[:, 1]] = values
+        out[key] = dense
+    return out
 
 
 def apply_probe(weights: dict[str, Any], probe: dict[str, Any]) -> None:

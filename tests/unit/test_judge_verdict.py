@@ -17,7 +17,13 @@ from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 from reflectrm.checkpoints import default_cache_dir, default_model_dir
 from reflectrm.datasets import Pair
 from reflectrm.engines.chat import ChatRenderer
-from reflectrm.judge_artifact import VERDICT_WEIGHTS, ArtifactError, merge_adapter
+from reflectrm.judge_artifact import (
+    VERDICT_WEIGHTS,
+    ArtifactError,
+    merge_adapter,
+    pack_sparse,
+    unpack_sparse,
+)
 from reflectrm.judging.types import Message
 from reflectrm.training.verdict import (
     VerdictConfig,
@@ -283,7 +289,14 @@ def test_the_merged_judge_computes_what_was_built(tiny: Path, tmp_path: Path) ->
     assert float(weights["model.layers.3.self_attn.o_proj.weight"].abs().max()) > 0
     art = tmp_path / "art"
     _identity_adapter(tiny, art)
-    save_file(weights, str(art / VERDICT_WEIGHTS), metadata={"added_layer": "3"})
+    # Stored as fit_verdict stores it: the attention's non-zero entries only.
+    packed = pack_sparse(weights)
+    assert "model.layers.3.self_attn.q_proj.weight.indices" in packed
+    assert sum(v.numel() for v in packed.values()) < sum(v.numel() for v in weights.values())
+    unpacked = unpack_sparse(packed)
+    assert sorted(unpacked) == sorted(weights)
+    assert all(torch.equal(unpacked[k], weights[k]) for k in weights)
+    save_file(packed, str(art / VERDICT_WEIGHTS), metadata={"added_layer": "3"})
     merge_adapter(tiny, art, tmp_path / "merged")
 
     merged = LlamaForCausalLM.from_pretrained(tmp_path / "merged")

@@ -54,6 +54,7 @@ from typing import Any
 
 from reflectrm.datasets import Pair
 from reflectrm.hardware import cpu_name
+from reflectrm.judge_artifact import merge_adapter, pack_sparse
 from reflectrm.training.judge import (
     resolve_precision,
     tokenize_targets,
@@ -71,7 +72,7 @@ VERDICT_WEIGHTS = "verdict-layer.safetensors"
 class VerdictConfig:
     seed: int = 0
     max_pairs: int = 4000
-    max_prompt_tokens: int = 768
+    max_prompt_tokens: int = 2048
     # The share of the training pool's prompts kept for choosing the scale (never fitted on).
     dev_fraction: float = 0.15
     # The pass stops this many layers below the top; they run frozen, in float32, afterwards.
@@ -727,7 +728,7 @@ def fit_verdict(
     finals = [layer.final(s) for s in bar]
     figures = build_verdict(layer, finals, items[: len(finals)], tokenizer, config, say)
     save_file(
-        {k: v.contiguous() for k, v in layer.state().items()},
+        pack_sparse(layer.state()),
         str(out / VERDICT_WEIGHTS),
         metadata={"format": "pt", "added_layer": str(layer.index)},
     )
@@ -754,7 +755,6 @@ def run_verdict(
     from transformers import AutoTokenizer
 
     from reflectrm.engines.chat import ChatRenderer
-    from reflectrm.judge_artifact import merge_adapter
     from reflectrm.training.judge import ADAPTER_DIR
 
     out.mkdir(parents=True, exist_ok=True)
