@@ -85,7 +85,7 @@ class Settings(BaseSettings):
     model: str = Field(
         _ENGINE.model,
         description="'default': the judge the package ships (artifacts/judge: an adapter and a "
-        "verdict layer trained here, built once onto the base model, every hash checked; 60.4% "
+        "verdict layer trained here, built once onto the base model, every hash checked; 60.6% "
         "on 843 held-out pairs in both orders, docs/training.md), else the base model. 'base': "
         "SmolLM2-135M-Instruct untrained. Or a judge folder of `reflectrm train ship-judge`, a "
         "Hugging Face-format checkpoint folder, or a hub id (online users only).",
