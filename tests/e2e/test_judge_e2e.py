@@ -177,8 +177,8 @@ def test_client_disconnect_aborts_the_engine_requests():
             now = engine_counters(live.url)
             return now["reflectrm_swap_checks_pending"] + now["reflectrm_swap_checks_running"]
 
-        # Nothing else on the engine (earlier tests' background swap checks done), so the engine
-        # work counted below is this judgment's.
+        # Nothing else on the engine (its start-up's background swap checks, if any, done), so
+        # the engine work counted below is this judgment's.
         wait_until(lambda: unfinished() == 0 and background() == 0, "an idle engine", 300)
         before = engine_counters(live.url)
         # 8 samples of up to 1024 tokens: far from done when the client leaves.

@@ -134,17 +134,18 @@ def verdict_plan(
     ):
         dev = is_dev(pair, config)
         for item in items:
+            ids = list(item.prompt_ids) + list(item.target_ids)
             plan.append(
                 {
                     "pair_id": pair.id,
                     "source": source_of(pair.id),
                     "label": item.label,
-                    "ids": list(item.prompt_ids) + list(item.target_ids),
+                    "ids": ids,
                     "prompt": len(item.prompt_ids),
                     "decision": len(item.prompt_ids) + d,  # the decision token's index in ids
                     "longer": longer_slot(pair, item.label),
                     "dev": dev,
-                    "key": item_key(list(item.prompt_ids) + list(item.target_ids)),
+                    "key": item_key(ids),
                 }
             )
     return plan
@@ -191,7 +192,7 @@ def extract_states(
     torch.set_num_threads(config.threads or os.cpu_count() or 1)
     folder = out / STATES_DIR
     folder.mkdir(parents=True, exist_ok=True)
-    saved = _saved_keys(folder)
+    saved, seconds_before = _saved(folder)
     if saved and not resume:
         raise ValueError(f"{folder} holds states: pass --resume to continue")
     _check_settings(folder, config)
@@ -200,7 +201,7 @@ def extract_states(
     if have:
         say(f"states: {have} of {len(plan)} items saved; {len(todo)} to go")
     if not todo:
-        return {"items": len(plan), "planned": len(plan), "seconds": _saved_seconds(folder)}
+        return {"items": len(plan), "planned": len(plan), "seconds": seconds_before}
     model = _load_model(model_dir)
     first = model.config.num_hidden_layers - config.layers
     captured: dict[str, Any] = {}
@@ -216,7 +217,8 @@ def extract_states(
 
         bar = tqdm(total=len(plan), initial=have, unit="item", file=sys.stderr)
     pending: list[tuple[str, Any]] = []
-    seconds = 0.0
+    seconds = 0.0  # of the pending states
+    done = 0
     last_save = time.monotonic()
     try:
         for item in todo:
@@ -234,20 +236,17 @@ def extract_states(
                 bar.update(1)
             if time.monotonic() - last_save >= config.checkpoint_every_s:
                 _write_shard(folder, pending, seconds)
+                done, seconds_before = done + len(pending), seconds_before + seconds
                 pending, seconds = [], 0.0
                 last_save = time.monotonic()
     finally:
         handle.remove()
         if pending:
             _write_shard(folder, pending, seconds)
+            done, seconds_before = done + len(pending), seconds_before + seconds
         if bar is not None:
             bar.close()
-    saved = _saved_keys(folder)
-    return {
-        "items": sum(1 for item in plan if item["key"] in saved),
-        "planned": len(plan),
-        "seconds": _saved_seconds(folder),
-    }
+    return {"items": have + done, "planned": len(plan), "seconds": seconds_before}
 
 
 def _check_settings(folder: Path, config: VerdictConfig) -> None:
@@ -267,7 +266,8 @@ def _write_shard(folder: Path, states: list[tuple[str, Any]], seconds: float) ->
     """One shard: its items' keys, their states and the pass's seconds spent on them."""
     import torch
 
-    number = len(list(folder.glob("*.pt")))
+    numbers = [int(p.stem.split("-")[0]) for p in _shard_paths(folder)]
+    number = max(numbers, default=-1) + 1
     path = folder / f"{number:05d}-{len(states):05d}.pt"
     tmp = path.with_suffix(".tmp")
     torch.save(
@@ -281,22 +281,18 @@ def _shard_paths(folder: Path) -> list[Path]:
     return sorted(folder.glob("*.pt"))
 
 
-def _saved_keys(folder: Path) -> set[str]:
+def _saved(folder: Path) -> tuple[set[str], float]:
+    """The keys of every saved state and the pass's seconds spent on them (each shard read
+    once, its tensors mapped, not loaded)."""
     import torch
 
     keys: set[str] = set()
+    seconds = 0.0
     for path in _shard_paths(folder):
-        keys.update(torch.load(path, weights_only=False, mmap=True)["keys"])
-    return keys
-
-
-def _saved_seconds(folder: Path) -> float:
-    import torch
-
-    return sum(
-        float(torch.load(path, weights_only=False, mmap=True)["seconds"])
-        for path in _shard_paths(folder)
-    )
+        shard = torch.load(path, weights_only=False, mmap=True)
+        keys.update(shard["keys"])
+        seconds += float(shard["seconds"])
+    return keys, seconds
 
 
 def load_states(out: Path, plan: Sequence[dict[str, Any]]) -> tuple[list[Any], float]:
