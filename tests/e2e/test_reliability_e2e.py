@@ -32,13 +32,15 @@ PAIR: dict[str, Any] = {
 # to their bound; the default judge, trained on the format, ends every output at 33 tokens.
 # Certainly running when the test acts: 8 samples of up to 1024 tokens, then reflections.
 LONG = {**PAIR, "max_tokens": 1024, "seed": 1}
-# Certainly longer than the drain's grace period: 8 samples of up to 3072 tokens (the analyses
-# run on towards their bound of about 3,000 characters; the KV cache holds them all, so nothing
-# waits behind them); and certainly within it: 32 tokens, greedy (the output format alone
-# takes 23 of the default model's tokens; below that the service refuses max_tokens).
+# Longer than the drain's grace period: 8 samples of up to 3072 tokens (the analyses run on
+# towards their bound of about 3,000 characters; the KV cache holds them all, so nothing waits
+# behind them), which on an idle 2-core machine takes about 40 s: a 40 s grace let it finish
+# in one whole-suite run; and within it: 32 tokens, greedy, a few seconds (the output format alone takes 23 of
+# the model's tokens; below that the service refuses max_tokens). The grace sits between, with
+# room on both sides.
 LONGER = {**PAIR, "mode": "vote", "max_tokens": 3072, "seed": 1}
 SHORT = {**PAIR, "mode": "single", "max_tokens": 32, "seed": 2}
-GRACE_S = 40
+GRACE_S = 15
 BASE = "base"  # REFLECTRM_MODEL of the services that must run long judgments
 
 
