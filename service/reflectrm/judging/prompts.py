@@ -32,6 +32,9 @@ class Template:
     system: str
     preference: str
     reflection: str
+    # The analysis begins with its decision ("Response 1 is better"): the enforced format ties
+    # that lead to the verdict, so the first digit the judge writes is its verdict.
+    decision_first: bool = False
 
 
 _SYSTEM_V1 = (
@@ -150,9 +153,55 @@ Critique 1 is better than Critique 2
 Critique 2 is better than Critique 1"""
 )
 
+# v3: the v2 layout; the analysis begins with the decision ("Response 1 is better") and then says
+# what differs, so the one token that decides comes first (a trained verdict layer acts on it)
+# and the analyses that reflection compares are real critiques, not one fixed sentence.
+_PREFERENCE_V3 = (
+    _SHARED_V2
+    + """
+# Task
+Compare the two responses to the final user turn of the conversation above and decide which one is \
+better: more helpful, correct, honest and harmless, and more faithful to what the user asked. A \
+response that refuses a harmless request, evades it or answers something else is worse than one \
+that does what was asked. Length alone is no merit.
+
+# Output format
+Write your analysis inside <Analysis></Analysis>: begin it with "Response 1 is better" or \
+"Response 2 is better", then say in one or two sentences what differs between the two responses \
+that decides it. Then write exactly one of these two sentences inside <Result></Result>:
+Response 1 is better than Response 2
+Response 2 is better than Response 1"""
+)
+
+_REFLECTION_V3 = (
+    _SHARED_V2
+    + """
+# Critiques for Judgment
+[Critique 1]
+{critique_1}
+[End of Critique 1]
+
+[Critique 2]
+{critique_2}
+[End of Critique 2]
+
+# Task
+The two critiques above each analyse which of the two responses to the conversation is better. \
+Decide which critique is better: more accurate about the responses, better reasoned, and reaching \
+the right conclusion.
+
+# Output format
+Write your analysis inside <Analysis></Analysis>: begin it with "Critique 1 is better" or \
+"Critique 2 is better", then say in one or two sentences why. Then write exactly one of these two \
+sentences inside <Result></Result>:
+Critique 1 is better than Critique 2
+Critique 2 is better than Critique 1"""
+)
+
 TEMPLATES: dict[str, Template] = {
     "v1": Template("v1", _SYSTEM_V1, _PREFERENCE_V1, _REFLECTION_V1),
     "v2": Template("v2", _SYSTEM_V1, _PREFERENCE_V2, _REFLECTION_V2),
+    "v3": Template("v3", _SYSTEM_V1, _PREFERENCE_V3, _REFLECTION_V3, decision_first=True),
 }
 
 

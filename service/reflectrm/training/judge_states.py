@@ -1,0 +1,346 @@
+"""The states pass of the judge recipe: a frozen backbone reads judging prompts, once.
+
+Every later step of the recipe (the position-free readouts that compare backbones, the verdict
+layer's fit, its scale) works on what this pass keeps, so the pass is the one long run, and it is
+resumable: states are written in shards every ``checkpoint_every_s``, each item named by the hash
+of its tokens and the model, and a resumed pass computes only what is missing.
+
+An item is one pair in one order, rendered exactly as the engine renders it (the same chat
+template, judged texts tokenized as plain text), followed by the decision-first lead the output
+format forces (``<Analysis>Response ``): the next token is the verdict's digit. For each item the
+residual stream leaving the top decoder layer (what an added layer on top reads) and leaving a
+middle layer is kept at:
+
+- ``end1`` / ``end2``: the token closing ``[End of Response k]``. In the template's layout (v2 and
+  later: the responses come before the task) ``end1`` has read only the system turn, the
+  conversation and the first response: over the two orders it is a position-free encoding of
+  each response, which is what the backbone comparison reads;
+- ``dec``: the last token, where the verdict's digit is predicted, with the model's own margin
+  between the two digits there;
+- ``start1`` / ``start2`` (the tokens closing ``[Response k]``) and ``negatives_per_item``
+  random positions: what a marker probe must tell from a marker.
+
+A ``cut`` item (benchmark samples, read for the readout only) stops after ``end1``.
+The two orders of a pair share their prefix up to the first response: it is computed once.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import random
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from reflectrm.datasets import Pair, pair_from_row, read_rows
+from reflectrm.engines.chat import ChatRenderer
+from reflectrm.judging.prompts import get_template, preference_chat
+
+SHARDS = "shards"
+PLAN = "plan.json"
+LEAD = "<Analysis>Response "
+
+
+@dataclass(frozen=True)
+class Item:
+    """One pair in one order: ``chosen_first`` says which order; ``role`` is train, dev or the
+    benchmark group it samples."""
+
+    pair_id: str
+    source: str
+    role: str
+    chosen_first: bool
+    cut: bool
+    subset: str = ""
+    chosen_longer: bool | None = None  # None: equal lengths
+
+    @property
+    def name(self) -> str:
+        return f"{self.source}/{self.pair_id}/{'c1' if self.chosen_first else 'c2'}"
+
+
+@dataclass(frozen=True)
+class StatesConfig:
+    template_version: str = "v3"
+    max_prompt_tokens: int = 1024
+    negatives_per_item: int = 16
+    mid_layer_fraction: float = 2 / 3
+    checkpoint_every_s: float = 120.0
+    threads: int = 0
+    seed: int = 0
+
+
+# --- what to read -----------------------------------------------------------------------------
+
+
+def pair_source(pair: Pair, path: Path) -> str:
+    return pair.benchmark or path.name.split(".")[0]
+
+
+def read_file_pairs(path: Path) -> list[tuple[Pair, dict[str, Any]]]:
+    """Every pair of a shared-schema file with its raw row (subset, section, difficulty...)."""
+    out = []
+    for where, row in read_rows(path):
+        out.append((pair_from_row(row, where=where), row))
+    return out
+
+
+def chosen_longer(pair: Pair) -> bool | None:
+    a, b = len(pair.chosen), len(pair.rejected)
+    return None if a == b else a > b
+
+
+def interleave(buckets: Sequence[Sequence[Item]]) -> list[Item]:
+    """Round robin over buckets, so that a pass stopped anywhere holds a balanced sample."""
+    out: list[Item] = []
+    longest = max((len(b) for b in buckets), default=0)
+    for k in range(longest):
+        for b in buckets:
+            if k < len(b):
+                out.append(b[k])
+    return out
+
+
+def both_orders(pair: Pair, source: str, role: str, cut: bool, subset: str = "") -> list[Item]:
+    longer = chosen_longer(pair)
+    return [Item(pair.id, source, role, first, cut, subset, longer) for first in (True, False)]
+
+
+# --- the pass ---------------------------------------------------------------------------------
+
+
+def find_after(ids: Sequence[int], pattern: Sequence[int], *, last: bool = False) -> int | None:
+    """The index of the token just after ``pattern`` (first or last match), or None."""
+    n = len(pattern)
+    hits = [i + n for i in range(len(ids) - n) if list(ids[i : i + n]) == list(pattern)]
+    if not hits:
+        return None
+    return hits[-1] if last else hits[0]
+
+
+class Reader:
+    """A frozen causal LM that keeps the residual stream leaving two layers."""
+
+    def __init__(self, model_path: str, config: StatesConfig) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if config.threads:
+            torch.set_num_threads(config.threads)
+        self.torch = torch
+        self.config = config
+        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
+        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.bfloat16)
+        self.model.eval()
+        self.renderer = ChatRenderer(self.tokenizer)
+        self.template = get_template(config.template_version)
+        layers = self.model.model.layers
+        self.top = len(layers) - 1
+        self.mid = round(config.mid_layer_fraction * len(layers)) - 1
+        self._captured: dict[int, Any] = {}
+        for index in (self.mid, self.top):
+            layers[index].register_forward_hook(self._hook(index))
+        enc = self.tokenizer
+        self.lead_ids = enc.encode(LEAD, add_special_tokens=False)
+        self.digit_ids = [enc.encode(d, add_special_tokens=False)[0] for d in ("1", "2")]
+        self.end_pattern = [enc.encode(f"[End of Response {k}", add_special_tokens=False) for k in (1, 2)]
+        self.start_pattern = [enc.encode(f"[Response {k}", add_special_tokens=False) for k in (1, 2)]
+        self.fingerprint = hashlib.sha256(
+            json.dumps([model_path.rstrip("/").split("/")[-1], self.top, self.mid]).encode()
+        ).hexdigest()[:12]
+
+    def _hook(self, index: int) -> Any:
+        def keep(_module: Any, _inputs: Any, output: Any) -> None:
+            hidden = output[0] if isinstance(output, tuple) else output
+            self._captured[index] = hidden[0].detach().float()
+
+        return keep
+
+    def token_ids(self, pair: Pair, chosen_first: bool) -> list[int]:
+        r1, r2 = (pair.chosen, pair.rejected) if chosen_first else (pair.rejected, pair.chosen)
+        chat = preference_chat(self.template, pair.conversation, r1, r2)
+        return list(self.renderer.render(chat).token_ids) + list(self.lead_ids)
+
+    def positions(self, ids: Sequence[int], cut: bool) -> dict[str, int] | None:
+        # The template's markers: a judged text cannot spell them (neutralize), and the last
+        # match is the template's own in case a text spells the unbracketed words.
+        pos: dict[str, int] = {}
+        for k in (1, 2):
+            end = find_after(ids, self.end_pattern[k - 1], last=True)
+            start = find_after(ids, self.start_pattern[k - 1])
+            if end is None or start is None:
+                return None
+            pos[f"end{k}"], pos[f"start{k}"] = end, start
+        if cut:
+            return {"end1": pos["end1"], "start1": pos["start1"]}
+        pos["dec"] = len(ids) - 1
+        return pos
+
+    def read(self, pair: Pair, items: Sequence[Item], rng: random.Random) -> dict[str, Any]:
+        """The states of one pair's items (one or both orders), sharing their common prefix."""
+        torch = self.torch
+        seqs = [self.token_ids(pair, it.chosen_first) for it in items]
+        plans = [self.positions(s, it.cut) for s, it in zip(seqs, items, strict=True)]
+        ends = []
+        for s, it, p in zip(seqs, items, plans, strict=True):
+            if p is None:
+                ends.append(None)
+                continue
+            ends.append(p["end1"] + 1 if it.cut else len(s))
+        common = 0
+        if len(seqs) == 2 and all(e is not None for e in ends):
+            a, b = seqs
+            while common < min(ends[0], ends[1]) - 1 and a[common] == b[common]:
+                common += 1
+        out: dict[str, Any] = {}
+        with torch.inference_mode():
+            prefix_cache = None
+            prefix_states: dict[int, Any] = {}
+            if common:
+                res = self.model.model(
+                    input_ids=torch.tensor([seqs[0][:common]]), use_cache=True
+                )
+                prefix_cache = res.past_key_values
+                prefix_states = dict(self._captured)
+            for s, it, p, end in zip(seqs, items, plans, ends, strict=True):
+                if p is None or end is None:
+                    out[it.name] = {"skipped": "markers not found"}
+                    continue
+                if end > self.config.max_prompt_tokens:
+                    out[it.name] = {"skipped": "too long", "tokens": end}
+                    continue
+                cache = copy.deepcopy(prefix_cache) if prefix_cache is not None else None
+                start = common if cache is not None else 0
+                res = self.model.model(
+                    input_ids=torch.tensor([s[start:end]]), past_key_values=cache, use_cache=False
+                )
+                states = {}
+                for layer in (self.mid, self.top):
+                    seg = self._captured[layer]
+                    if start:
+                        seg = torch.cat([prefix_states[layer], seg], dim=0)
+                    states[layer] = seg
+                named = dict(p)
+                taken = set(named.values())
+                pool = [i for i in range(8, end) if i not in taken]
+                negatives = sorted(rng.sample(pool, min(self.config.negatives_per_item, len(pool))))
+                record: dict[str, Any] = {"tokens": end, "positions": named, "negatives": negatives}
+                index = list(named.values()) + negatives
+                for layer, key in ((self.top, "top"), (self.mid, "mid")):
+                    record[key] = states[layer][index].to(torch.float32).numpy()
+                if not it.cut:
+                    h = self.model.model.norm(states[self.top][p["dec"]].to(torch.bfloat16))
+                    logits = self.model.lm_head(h).float()
+                    record["own_margin"] = float(logits[self.digit_ids[0]] - logits[self.digit_ids[1]])
+                out[it.name] = record
+        return out
+
+
+def write_shard(out_dir: Path, records: dict[str, Any], meta: dict[str, Any]) -> None:
+    import numpy as np
+
+    folder = out_dir / SHARDS
+    folder.mkdir(parents=True, exist_ok=True)
+    numbers = [int(p.stem.split("-")[1]) for p in folder.glob("shard-*.npz")]
+    n = max(numbers, default=-1) + 1
+    arrays: dict[str, Any] = {}
+    index: dict[str, Any] = {}
+    for k, (name, rec) in enumerate(records.items()):
+        entry = {key: rec[key] for key in rec if key not in ("top", "mid")}
+        if "top" in rec:
+            arrays[f"top{k}"] = rec["top"].astype(np.float32)
+            arrays[f"mid{k}"] = rec["mid"].astype(np.float32)
+            entry["array"] = k
+        index[name] = entry
+    tmp = folder / f"shard-{n:05d}.tmp.npz"
+    np.savez(tmp, **arrays)
+    (folder / f"shard-{n:05d}.json").write_text(json.dumps({"meta": meta, "items": index}))
+    os.replace(tmp, folder / f"shard-{n:05d}.npz")
+
+
+def done_names(out_dir: Path) -> set[str]:
+    names: set[str] = set()
+    for path in sorted((out_dir / SHARDS).glob("shard-*.json")):
+        if not path.with_suffix(".npz").exists():
+            continue
+        names.update(json.loads(path.read_text())["items"])
+    return names
+
+
+def load_states(out_dir: Path) -> dict[str, dict[str, Any]]:
+    """Every saved item: its index entry with ``top`` and ``mid`` arrays (rows in the order of
+    its ``positions`` then ``negatives``)."""
+    import numpy as np
+
+    out: dict[str, dict[str, Any]] = {}
+    for path in sorted((out_dir / SHARDS).glob("shard-*.json")):
+        npz = path.with_suffix(".npz")
+        if not npz.exists():
+            continue
+        arrays = np.load(npz)
+        for name, entry in json.loads(path.read_text())["items"].items():
+            rec = dict(entry)
+            if "array" in rec:
+                rec["top"] = arrays[f"top{rec['array']}"]
+                rec["mid"] = arrays[f"mid{rec['array']}"]
+            out[name] = rec
+    return out
+
+
+def run_pass(
+    plan: Sequence[Item],
+    pairs: dict[str, Pair],
+    model_path: str,
+    out_dir: Path,
+    config: StatesConfig,
+    *,
+    limit_s: float | None = None,
+) -> dict[str, Any]:
+    """Reads every planned item not yet saved; returns counts. Stops after ``limit_s``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    reader = Reader(model_path, config)
+    meta = {"model": model_path.rstrip("/").split("/")[-1], "fingerprint": reader.fingerprint,
+            "config": asdict(config), "top": reader.top, "mid": reader.mid}
+    done = done_names(out_dir)
+    todo: dict[tuple[str, str], list[Item]] = {}
+    for it in plan:
+        if it.name not in done:
+            todo.setdefault((it.source, it.pair_id), []).append(it)
+    started = last = time.monotonic()
+    pending: dict[str, Any] = {}
+    rng = random.Random(config.seed)
+    total = len(todo)
+    tokens = 0
+    for k, ((source, pid), items) in enumerate(todo.items()):
+        rec = reader.read(pairs[f"{source}/{pid}"], items, rng)
+        tokens += sum(r.get("tokens", 0) for r in rec.values() if "top" in r)
+        pending.update(rec)
+        now = time.monotonic()
+        if now - last >= config.checkpoint_every_s or k == total - 1:
+            write_shard(out_dir, pending, meta)
+            pending = {}
+            last = now
+            rate = tokens / max(now - started, 1e-9)
+            print(f"states: {k + 1}/{total} pairs, {tokens} tokens, {rate:.0f} tokens/s",
+                  file=sys.stderr, flush=True)
+        if limit_s is not None and now - started > limit_s:
+            break
+    if pending:
+        write_shard(out_dir, pending, meta)
+    return {"pairs": total, "tokens": tokens, "seconds": time.monotonic() - started}
+
+
+def load_plan(out_dir: Path) -> list[Item]:
+    return [Item(**d) for d in json.loads((out_dir / PLAN).read_text())["items"]]
+
+
+def save_plan(out_dir: Path, items: Iterable[Item], info: dict[str, Any]) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    body = {"info": info, "items": [asdict(it) for it in items]}
+    (out_dir / PLAN).write_text(json.dumps(body, indent=1))
