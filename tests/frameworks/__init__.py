@@ -18,7 +18,7 @@ checked against its wheel's RECORD when it is loaded.
 
 slime is on no registry: tests/unit/test_framework_slime.py states its documented calling
 contract in this project's words instead. NeMo Gym's servers run in a side environment
-(``nemo_gym``).
+(``gym_servers``).
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from tests.frameworks import installed
-
 
 
 def source(relative: str) -> tuple[str, str]:

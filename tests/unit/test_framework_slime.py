@@ -71,7 +71,8 @@ async def run_rm(args: Namespace, group: list[Rollout]) -> list[Rollout]:
     async def one(rollout: Rollout) -> None:
         reward = await fn(args, rollout)
         if isinstance(rollout, list):
-            assert isinstance(reward, list) and len(reward) == len(rollout)
+            assert isinstance(reward, list)
+            assert len(reward) == len(rollout)
             for sample, r in zip(rollout, reward, strict=True):
                 sample.reward = r
         else:
@@ -91,7 +92,9 @@ def args(rm: str, group_rm: bool = False, n: int = 3) -> Namespace:
 
 def group(texts: list[str], label: str | None = "a b", group_index: int = 0) -> list[Rollout]:
     return [
-        Sample(prompt=Q, response=t, label=label, group_index=group_index, index=10 * group_index + i)
+        Sample(
+            prompt=Q, response=t, label=label, group_index=group_index, index=10 * group_index + i
+        )
         for i, t in enumerate(texts)
     ]
 
