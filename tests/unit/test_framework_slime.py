@@ -196,3 +196,35 @@ def test_cohort_rm_with_fanned_out_rollouts(monkeypatch):
 def test_cohort_rm_needs_a_group_size(monkeypatch):
     with fake_service(monkeypatch), pytest.raises(ValueError, match="REFLECTRM_GROUP_SIZE"):
         asyncio.run(run_rm(args("cohort_rm", n=1), group(TEXTS[:1])))
+
+
+# --- a failed judgment is removed from slime's loss, not rewarded -----------------------------
+
+
+def test_a_sample_without_verdict_is_removed_with_its_groups_mean(monkeypatch):
+    """A cohort in which "?" gets no verdict (the stand-in's rule): ordered (quality, text) "?",
+    "a", "a b" -> None, 0.5, 1.0; the "?" sample is removed (slime zeroes its loss mask) and its
+    number is the mean of the judged ones, 0.75, so the group's mean (slime's GRPO baseline) is
+    theirs."""
+    with fake_service(monkeypatch):
+        out = asyncio.run(run_rm(args("cohort_rm"), group(["a b", "?", "a"], None)))
+    assert rewards_of(out) == [1.0, 0.75, 0.5]
+    assert [s.remove_sample for s in out] == [False, True, False]  # type: ignore[union-attr]
+    assert out[1].metadata["reflectrm_failure"].startswith("no_verdict")  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("rm", ["group_rm", "reference_rm", "cohort_rm"])
+def test_a_judgment_that_timed_out_removes_the_samples(monkeypatch, rm):
+    with fake_service(monkeypatch) as service:
+        service.fail_status = 504
+        out = asyncio.run(run_rm(args(rm, group_rm=rm == "group_rm"), group(TEXTS)))
+    assert all(s.remove_sample for s in out)  # type: ignore[union-attr]
+    assert rewards_of(out) == [0.5] * 3
+    assert all("504" in s.metadata["reflectrm_failure"] for s in out)  # type: ignore[union-attr]
+
+
+def test_an_error_to_fix_is_raised_not_removed(monkeypatch):
+    with fake_service(monkeypatch) as service:
+        service.fail_status = 422
+        with pytest.raises(Exception, match="422"):
+            asyncio.run(run_rm(args("reference_rm"), group(TEXTS)))
