@@ -46,3 +46,7 @@ fi
 
 # The default model: converted once into the cache folder, verified on every run.
 "$VENV/bin/reflectrm" prepare-model >/dev/null
+
+# The trainers' own packages that the tests run against (OpenRLHF, verl, NeMo Gym, pinned in
+# requirements/): fetched once into the cache, verified by their hashes.
+scripts/frameworks.sh "$VENV/bin/python" >/dev/null

@@ -1,6 +1,6 @@
 """NeMo Gym's GenRM judge protocol (api/nemo_gym.py), called the way NeMo Gym calls it.
 
-The requests are the ones NeMo Gym builds (NVIDIA-NeMo/Gym 07d6b0d): ``genrm_compare``'s
+The requests are the ones NeMo Gym builds (read at NVIDIA-NeMo/Gym 07d6b0d; unchanged in 0.7.0): ``genrm_compare``'s
 ``_run_single_comparison`` puts the conversation in ``input`` and the two texts in
 ``metadata``; the ``genrm_model`` server converts that to a chat completion (``max_output_tokens``
 becomes ``max_tokens``, ``model`` is its configured name) and appends the candidates as messages
@@ -8,7 +8,7 @@ of role ``response_1`` and ``response_2``; its aiohttp client posts the JSON to
 ``{base_url}/chat/completions`` with ``Authorization: Bearer <api_key>``. The reply is read as
 ``parse_genrm_output`` reads it (a JSON object with score_1, score_2, ranking) and aggregated as
 ``aggregate_scores`` does (the mean of a response's scores, ties broken by the ranking).
-scripts/nemo_gym_check.py runs Gym's own code on the same replies (docs/nemo-gym.md).
+tests/api/test_nemo_gym_servers.py runs Gym 0.7.0's own servers on the same replies.
 
 Scripted engine (tests/api/conftest.py): of 8 votes response 1 gets
 4 + quality(r1) - quality(r2) + 2 (the first-shown bias); vote mode, so shares are vote shares.
@@ -82,6 +82,8 @@ def parsed(reply: dict[str, Any]) -> tuple[float, float, float] | None:
     """What genrm_compare reads from the reply: the last JSON object of the first choice's
     content with a score key (its parse_genrm_output), or None when there is none."""
     content = reply["choices"][0]["message"]["content"]
+    if not content:
+        return None
     try:
         obj = json.loads(content)
     except json.JSONDecodeError:
@@ -181,19 +183,26 @@ def test_a_tie_of_the_two_orders_is_a_tie_not_a_missing_verdict():
     assert reply["reflectrm"]["no_verdict"] is False  # ...but each order had a verdict
 
 
-def test_no_verdict_at_all_is_said_and_left_to_genrm_compares_fallback():
+def test_no_verdict_at_all_is_an_empty_answer_that_gym_masks():
+    """The default: nothing to parse, which genrm_compare 0.7 takes for a failed judge call and
+    masks (tests/api/test_nemo_gym_servers.py runs it); the two made-up scores on request."""
     silent = ScriptedEngine(stage1=[judgment(None)] * 8)
     with TestClient(create_app(Settings(), engine=silent)) as c:
         reply = c.post("/v1/chat/completions", json=gym_body(USER, A, B)).json()
-        neutral = c.post(
-            "/v1/chat/completions", json=gym_body(USER, A, B, reflectrm={"no_verdict": "neutral"})
-        ).json()
-    assert reply["choices"][0]["message"]["content"] == NO_VERDICT_TEXT
-    assert parsed(reply) is None  # genrm_compare falls back to default_score, default_ranking
+
+        def asking(choice: str) -> dict:
+            body = gym_body(USER, A, B, reflectrm={"no_verdict": choice})
+            return c.post("/v1/chat/completions", json=body).json()
+
+        neutral, sentence = asking("neutral"), asking("unparseable")
+    assert reply["choices"][0]["message"]["content"] == ""
+    assert reply["choices"][0]["finish_reason"] == "stop"
     assert reply["reflectrm"]["no_verdict"] is True
     assert reply["reflectrm"]["winner"] is None
     assert parsed(neutral) == (3.0, 3.0, 3.5)
     assert neutral["reflectrm"]["no_verdict"] is True
+    assert sentence["choices"][0]["message"]["content"] == NO_VERDICT_TEXT
+    assert parsed(sentence) is None  # genrm_compare then scores default_score, default_ranking
 
 
 # --- what the conversation becomes ------------------------------------------------------------

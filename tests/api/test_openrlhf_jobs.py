@@ -158,3 +158,19 @@ def test_a_wrong_password_is_401_saying_the_password_is_the_api_key(caplog):
     lines = [r.getMessage() for r in caplog.records]
     assert sum('"status": 401' in m for m in lines) == 3
     assert not [m for m in lines if KEY in m]
+
+
+def test_a_cohort_without_verdict_is_flagged_to_openrlhf_not_rewarded():
+    """OpenRLHF 0.11.2 has no per-sample mask: its reward must be a number. A cohort whose
+    comparisons all ended without a verdict gives each sample the neutral number, the same for
+    all (no advantage between them), and extra_logs judge_failed 1.0, which OpenRLHF's own
+    client hands on as the sample's extra_logs (then an info tensor per key)."""
+    from tests.conftest import ScriptedEngine, judgment
+
+    silent = ScriptedEngine(stage1=[judgment(None)] * 8)
+    with served(silent, swap_check_fraction=0) as url:
+        ex = executor(f"{url}/get_reward?{COHORT}")
+        infos = asyncio.run(openrlhf_samples([(ex, A), (ex, B)]))
+    assert [i["rewards"] for i in infos] == [[0.5], [0.5]]
+    assert [i["extra_logs"]["judge_failed"] for i in infos] == [[1.0], [1.0]]
+    assert [i["extra_logs"]["judge_no_verdict"] for i in infos] == [[1.0], [1.0]]

@@ -538,6 +538,7 @@ def test_get_reward_debias_none_has_no_consistency_in_the_logs(client: TestClien
         "judge_reward_first_order",
         "judge_reward_second_order",
         "judge_no_verdict",
+        "judge_failed",
         "judge_generated_tokens",
     }
 

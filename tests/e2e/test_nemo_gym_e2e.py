@@ -1,26 +1,27 @@
 """NeMo Gym's GenRM judge protocol on the real engine (default model).
 
 The request is the one NeMo Gym's genrm_model server posts for a genrm_compare comparison (see
-tests/api/test_nemo_gym.py). With ``NEMO_GYM_SRC`` (a NeMo Gym checkout) and
-``NEMO_GYM_PYTHON`` (a Python with Gym's light dependencies) set, Gym's own genrm_compare and
-genrm_model code is also run against the live service (scripts/nemo_gym_check.py).
+tests/api/test_nemo_gym.py); then Gym 0.7.0's own genrm_compare and genrm_model servers
+(tests/frameworks/gym_servers.py) verify a cohort of three rollouts against the live service.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
-import os
-import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
+from tests.api.test_nemo_gym_servers import verify_all
 from tests.e2e.conftest import LiveService
+from tests.frameworks.gym_servers import gym_servers
 
-ROOT = Path(__file__).resolve().parents[2]
+KEPT = ("reward", "mask_sample", "failure_kind", "failure_reason")
 PROMPT = "What is the capital of France?"
 GOOD, BAD = "The capital of France is Paris.", "The capital of France is Berlin."
 # Small, so that the weak CPU judge answers in seconds; the method is the one served.
@@ -56,8 +57,8 @@ def test_a_genrm_compare_comparison_on_the_real_engine(client: httpx.Client):
     assert (own["mode"], own["debias"]) == ("reflect", "swap")
     assert [o["first"] for o in own["orders"]] == [1, 2]  # both orders ran
     content = reply["choices"][0]["message"]["content"]
-    if own["no_verdict"]:  # the weak judge may say nothing parseable in either order
-        assert "{" not in content
+    if own["no_verdict"]:  # the weak judge may say nothing in either order: an empty answer
+        assert content == ""
         return
     verdict = json.loads(content)
     s1, s2 = own["scores"]
@@ -71,28 +72,25 @@ def test_a_genrm_compare_comparison_on_the_real_engine(client: httpx.Client):
     assert reply["usage"]["completion_tokens"] > 0
 
 
-@pytest.mark.skipif(
-    not (os.environ.get("NEMO_GYM_SRC") and os.environ.get("NEMO_GYM_PYTHON")),
-    reason="NEMO_GYM_SRC (a NeMo Gym checkout) and NEMO_GYM_PYTHON not set",
-)
-def test_nemo_gyms_own_genrm_code_gets_rewards(live: LiveService):
+def test_nemo_gyms_own_servers_verify_a_cohort_on_the_real_engine(
+    live: LiveService, tmp_path: Path
+):
     completions = [GOOD, BAD, "Paris."]
-    args = [os.environ["NEMO_GYM_PYTHON"], str(ROOT / "scripts" / "nemo_gym_check.py")]
-    args += ["--gym-src", os.environ["NEMO_GYM_SRC"], "--url", live.url]
-    args += ["--extra-body", json.dumps(OPTIONS), "--prompt", PROMPT]
-    for c in completions:
-        args += ["--completion", c]
-    done = subprocess.run(args, capture_output=True, text=True, timeout=1500, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    out = json.loads(done.stdout)
-    sys.stderr.write(done.stdout)  # the rewards, for the record (pytest -s)
-    assert {(r["path"], r["strategy"]) for r in out["runs"]} == {
-        ("compare", "circular"),
-        ("compare", "all_pairs"),
-        ("verify", "circular"),
+    compare = {
+        "num_rollouts_per_prompt": 3,
+        "cohort_collection_timeout_s": 60,
+        "cohort_evaluation_timeout_s": 1200,
+        "judge_request_timeout_s": 1200,
     }
-    for run in out["runs"]:
-        assert len(run["rewards"]) == len(completions)
-        assert all(1.0 <= x <= 5.0 for x in run["rewards"])
-        for reply in run["replies"]:
-            assert reply.startswith(('{"score_1"', "No verdict")), reply
+    with gym_servers(live.url, tmp_path, compare, {"extra_body": OPTIONS}) as run:
+        replies = asyncio.run(verify_all(run, completions, uuid.uuid4().hex))
+        log = run.log()
+    sys.stderr.write(json.dumps([{k: r.get(k) for k in KEPT} for r in replies]) + "\n")
+    assert [r["_ng_rollout_index"] for r in replies] == [0, 1, 2]
+    if any(r.get("mask_sample") for r in replies):
+        # The weak judge said nothing in both orders of some pair: Gym failed the cohort and
+        # masked every member, as it does any failed judge call.
+        assert all(r["failure_kind"] == "judge_failed" for r in replies)
+        return
+    assert all(1.0 <= r["reward"] <= 5.0 for r in replies)
+    assert "parse failed" not in log.lower()

@@ -1,26 +1,24 @@
-"""The trainers' own code that calls a reward function or a reward server, loaded from its files
-as they are (vendored beside this file, ``.py.txt`` so that the linters leave them alone) with
-only their heavy imports (torch-free stand-ins for ray, DataProto, tokenizers, loggers) stubbed.
+"""The trainers' own code that calls a reward function or a reward server, imported from their
+PyPI packages (pinned by version and SHA-256 in requirements/frameworks.txt, fetched into the
+cache by scripts/frameworks.sh; see ``installed``) with only their heavy imports stubbed
+(torch-free stand-ins for ray, DataProto, tokenizers, loggers). Each file is the package's own,
+checked against its wheel's RECORD when it is loaded.
 
-- ``openrlhf-0.11.2/agent.py.txt``: ``openrlhf/utils/agent.py`` from the openrlhf 0.11.2 wheel
-  (PyPI), whole; its one heavy import, ``openrlhf.utils.logging_utils``, is stubbed.
-- ``verl-0.9.1/``: from the verl 0.9.1 wheel (PyPI): ``verl/trainer/ppo/reward.py`` (the custom
-  reward loader, whole), ``verl/utils/import_utils.py`` (``load_extern_object``, whole),
+- OpenRLHF 0.11.2: ``openrlhf/utils/agent.py`` (``SingleTurnAgentExecutor``), whole; its one
+  heavy import, ``openrlhf.utils.logging_utils``, is stubbed (``openrlhf/utils/__init__.py``,
+  which imports torch and deepspeed, is not run).
+- verl 0.9.1: ``verl/trainer/ppo/reward.py`` (the custom reward loader, whole),
+  ``verl/utils/import_utils.py`` (``load_extern_object``, whole),
   ``verl/experimental/reward_loop/reward_manager/naive.py`` (the reward loop's per-sample
   ``run_single``, whole), ``verl/workers/reward_manager/naive.py`` (the legacy manager, whole),
   ``verl/trainer/main_eval.py`` (only ``process_item`` is run: ``main`` needs hydra, ray and a
   parquet file). Stubbed: ``verl.DataProto`` (a list of items), ``RewardManagerBase`` and
   ``AbstractRewardManager`` (their constructors: they store the arguments), the registries, and
   ``verl.utils.reward_score``.
-- ``slime-624b824/``: from THUDM/slime at commit 624b824a8 (after v0.3.1):
-  ``slime/rollout/rm_hub/__init__.py`` (``async_rm``, ``batched_async_rm``),
-  ``slime/rollout/sglang_rollout.py`` (``generate_and_rm``, ``generate_and_rm_group``),
-  ``slime/utils/misc.py`` (``load_function``), ``slime/utils/types.py`` (``Sample``, whole).
-  Functions are taken out of their files with ``ast`` (the files import sglang, megatron and
-  the rule-based graders); ``GenerateState``, the tracing decorators, the sample hooks and
-  SGLang generation are stubbed.
 
-All three are Apache-2.0. ``MANIFEST`` holds each file's SHA-256, checked on every load.
+slime is on no registry: tests/unit/test_framework_slime.py states its documented calling
+contract in this project's words instead. NeMo Gym's servers run in a side environment
+(``gym_servers``).
 """
 
 from __future__ import annotations
@@ -28,27 +26,19 @@ from __future__ import annotations
 import ast
 import asyncio
 import contextlib
-import hashlib
 import logging
 import sys
 import types
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).parent
+from tests.frameworks import installed
 
 
-def source(name: str) -> str:
-    """A vendored file's text, checked against MANIFEST (it is the framework's, unchanged)."""
-    data = (HERE / name).read_bytes()
-    digests = dict(
-        reversed(line.split(None, 1))  # type: ignore[misc]
-        for line in (HERE / "MANIFEST").read_text().splitlines()
-        if line.strip()
-    )
-    assert hashlib.sha256(data).hexdigest() == digests[name], f"{name} was changed"
-    return data.decode()
+def source(relative: str) -> tuple[str, str]:
+    """An installed package's file: its text and its path (for tracebacks)."""
+    path = installed.source(relative)
+    return path.read_text(), str(path)
 
 
 def module(name: str, **attrs: Any) -> types.ModuleType:
@@ -59,10 +49,11 @@ def module(name: str, **attrs: Any) -> types.ModuleType:
 
 
 def exec_module(name: str, file: str) -> types.ModuleType:
+    text, path = source(file)
     mod = types.ModuleType(name)
-    mod.__file__ = str(HERE / file)
+    mod.__file__ = path
     sys.modules[name] = mod
-    exec(compile(source(file), str(HERE / file), "exec"), mod.__dict__)
+    exec(compile(text, path, "exec"), mod.__dict__)
     return mod
 
 
@@ -83,16 +74,16 @@ def modules(stubs: dict[str, types.ModuleType]) -> Iterator[None]:
 
 
 def functions(file: str, names: list[str], namespace: dict[str, Any]) -> dict[str, Any]:
-    """The named top-level functions of a vendored file, without their decorators, defined in
+    """The named top-level functions of an installed file, without their decorators, defined in
     ``namespace`` (which stands for the file's imports)."""
-    text = source(file)
+    text, path = source(file)
     tree = ast.parse(text)
     found = [n for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
     picked = [n for n in found if n.name in names]
     assert sorted(n.name for n in picked) == sorted(names), f"not all of {names} in {file}"
     for node in picked:
         node.decorator_list = []
-    exec(compile(ast.Module(body=picked, type_ignores=[]), str(HERE / file), "exec"), namespace)
+    exec(compile(ast.Module(body=picked, type_ignores=[]), path, "exec"), namespace)
     return {name: namespace[name] for name in names}
 
 
@@ -110,7 +101,7 @@ def load_openrlhf_agent() -> types.ModuleType:
         "openrlhf.utils.logging_utils": logging_utils,
     }
     with modules(stubs):
-        return exec_module("openrlhf_agent_0_11_2", "openrlhf-0.11.2/agent.py.txt")
+        return exec_module("openrlhf_agent_0_11_2", "openrlhf/utils/agent.py")
 
 
 # --- verl --------------------------------------------------------------------------------------
@@ -200,98 +191,20 @@ def verl() -> Iterator[types.SimpleNamespace]:
         ),
     }
     with modules(stubs):
-        d = "verl-0.9.1/"
-        exec_module("verl.utils.import_utils", d + "utils_import_utils.py.txt")
-        reward = exec_module("verl.trainer.ppo.reward", d + "trainer_ppo_reward.py.txt")
-        loop_naive = exec_module(
-            "verl.experimental.reward_loop.reward_manager.naive", d + "reward_loop_naive.py.txt"
+        exec_module("verl.utils.import_utils", "verl/utils/import_utils.py")
+        reward = exec_module("verl.trainer.ppo.reward", "verl/trainer/ppo/reward.py")
+        loop = "verl.experimental.reward_loop.reward_manager.naive"
+        loop_naive = exec_module(loop, loop.replace(".", "/") + ".py")
+        legacy = exec_module(
+            "verl.workers.reward_manager.naive", "verl/workers/reward_manager/naive.py"
         )
-        legacy = exec_module("verl.workers.reward_manager.naive", d + "workers_naive.py.txt")
         import numpy as np
 
         eval_ns: dict[str, Any] = {"np": np, "get_custom_reward_fn": reward.get_custom_reward_fn}
-        process_item = functions(d + "trainer_main_eval.py.txt", ["process_item"], eval_ns)
+        process_item = functions("verl/trainer/main_eval.py", ["process_item"], eval_ns)
         yield types.SimpleNamespace(
             get_custom_reward_fn=reward.get_custom_reward_fn,
             RewardLoopNaive=loop_naive.NaiveRewardManager,
             LegacyNaive=legacy.NaiveRewardManager,
             process_item=process_item["process_item"],
         )
-
-
-# --- slime -------------------------------------------------------------------------------------
-
-
-class _GenerateState:
-    def __init__(self, args: Any) -> None:
-        self.aborted = False
-        self.semaphore = asyncio.Semaphore(64)
-        self.group_sampling_seeds = list(range(64))
-
-    @contextlib.contextmanager
-    def dp_rank_context(self) -> Iterator[None]:
-        yield
-
-
-@contextlib.contextmanager
-def _trace_span(*args: Any, **kwargs: Any) -> Iterator[None]:
-    yield
-
-
-async def _no_hooks(args: Any, sample: Any, evaluation: bool = False) -> Any:
-    return sample
-
-
-def slime() -> types.SimpleNamespace:
-    """slime's ``Sample``, its reward dispatch (rm_hub) and its group rollout
-    (``generate_and_rm_group``), as they are; SGLang generation is the caller's
-    ``--custom-generate-function-path`` (every test gives one)."""
-    import inspect
-    import random
-    import uuid
-    from argparse import Namespace
-
-    d = "slime-624b824/"
-    misc = module("slime.utils.misc", decode_int32_meta_array=lambda *a, **k: None)
-    stubs = {
-        "slime": module("slime"),
-        "slime.utils": module("slime.utils"),
-        "slime.utils.misc": misc,
-    }
-    with modules(stubs):
-        types_mod = exec_module("slime_types_624b824", d + "utils_types.py.txt")
-    load = functions(
-        d + "utils_misc.py.txt", ["load_function"], {"importlib": __import__("importlib")}
-    )
-    rm_ns: dict[str, Any] = {
-        "asyncio": asyncio,
-        "random": random,
-        "logger": logging.getLogger("slime.rm_hub"),
-        "load_function": load["load_function"],
-        "Sample": types_mod.Sample,
-    }
-    rm = functions(d + "rollout_rm_hub_init.py.txt", ["async_rm", "batched_async_rm"], rm_ns)
-
-    async def _generate(args: Any, sample: Any, sampling_params: Any) -> Any:
-        raise AssertionError("the tests generate through --custom-generate-function-path")
-
-    rollout_ns: dict[str, Any] = {
-        "asyncio": asyncio,
-        "inspect": inspect,
-        "uuid": uuid,
-        "Namespace": Namespace,
-        "Any": Any,
-        "Sample": types_mod.Sample,
-        "GenerateState": _GenerateState,
-        "load_function": load["load_function"],
-        "generate": _generate,
-        "apply_rollout_sample_hooks": _no_hooks,
-        "trace_span": _trace_span,
-        **rm,
-    }
-    rollout = functions(
-        d + "rollout_sglang_rollout.py.txt",
-        ["generate_and_rm", "generate_and_rm_group"],
-        rollout_ns,
-    )
-    return types.SimpleNamespace(Sample=types_mod.Sample, **rm, **rollout)

@@ -81,6 +81,9 @@ class FakeService:
     """Records every call (path, query parameters, body) in ``calls``."""
 
     cohort_timeout_s: float = 5.0
+    # Every judging call answered with this status (504: past the deadline), as a service
+    # whose judgments fail for want of the judge answers.
+    fail_status: int | None = None
     calls: list[tuple[str, dict[str, str], dict[str, Any]]] = field(default_factory=list)
     cohorts: dict[str, Cohort] = field(default_factory=dict)
     lock: threading.Condition = field(default_factory=threading.Condition)
@@ -172,8 +175,13 @@ class FakeService:
             self.calls.append(call)
         return call
 
+    def _failed(self) -> httpx.Response:
+        return httpx.Response(self.fail_status or 500, json={"detail": "the judgment timed out"})
+
     def handle(self, request: httpx.Request) -> httpx.Response:
         path, params, body = self._record(request)
+        if self.fail_status is not None:
+            return self._failed()
         if path == "/v1/rewards/sample":
             return httpx.Response(200, json=self.sample(body))
         if path == "/get_reward":
@@ -183,6 +191,8 @@ class FakeService:
 
     async def handle_async(self, request: httpx.Request) -> httpx.Response:
         path, _, body = self._record(request)
+        if self.fail_status is not None:
+            return self._failed()
         if path == "/v1/rewards/sample":
             return httpx.Response(200, json=await self.sample_async(body))
         assert path == "/v1/rewards", path

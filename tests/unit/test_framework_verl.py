@@ -50,7 +50,7 @@ def item(words: list[str], response: list[int], extra_info: dict | None, ground_
     return DataProtoItem(batch, non_tensor)
 
 
-WORDS = ["<pad>", "short", "a", "longer", "answer", "here"]
+WORDS = ["<pad>", "short", "a", "longer", "answer", "here", "?"]
 
 
 def run_loop(v: Any, fn: Any, items: list[DataProtoItem]) -> list[dict]:
@@ -209,3 +209,55 @@ def test_a_cohort_cut_by_its_timeout_is_flagged(monkeypatch):
     assert [o["reward_extra_info"]["judge_cohort_cut"] for o in out] == [1.0, 1.0]
     assert [o["reward_extra_info"]["judge_cohort_arrived"] for o in out] == [2.0, 2.0]
     assert service.calls[0][2]["cohort_timeout_s"] == 0.2
+
+
+# --- failures are flagged in verl's reward extra info, not passed off as rewards --------------
+
+
+def test_a_member_without_reward_gets_its_cohorts_mean_and_the_flag(monkeypatch):
+    """A cohort of three through verl's own reward loop; "?" gets no verdict (the stand-in's
+    rule). Ordered (quality, text): "?", "short", "a longer answer" -> None, 0.5, 1.0; the
+    failed member's score is the mean of the judged ones, (0.5 + 1.0) / 2 = 0.75, so the
+    group's mean stays 0.75 and its advantage against it is zero; judge_failed says so."""
+    monkeypatch.setenv("REFLECTRM_GROUP_SIZE", "3")
+    with fake_service(monkeypatch), verl() as v:
+        fn = v.get_custom_reward_fn(config("compute_score"))
+        items = [item(WORDS, r, {"question": Q}, None) for r in ([2, 3, 4], [6], [1])]
+        out = run_loop(v, fn, items)
+    assert [o["reward_score"] for o in out] == [1.0, 0.75, 0.5]
+    info = [o["reward_extra_info"] for o in out]
+    assert [i["judge_failed"] for i in info] == [0.0, 1.0, 0.0]
+    assert [i["judge_no_verdict"] for i in info] == [0.0, 1.0, 0.0]
+    assert sum(o["reward_score"] for o in out) / 3 == 0.75
+    assert len({frozenset(i) for i in info}) == 1  # the same keys: verl stacks them
+
+
+@pytest.mark.parametrize("group_size", [None, "2"])
+def test_a_judgment_that_timed_out_is_flagged_with_the_keys_of_a_judged_one(
+    monkeypatch, group_size
+):
+    if group_size:
+        monkeypatch.setenv("REFLECTRM_GROUP_SIZE", group_size)
+    with fake_service(monkeypatch) as service, verl() as v:
+        fn = v.get_custom_reward_fn(config("compute_score"))
+        judged = run_loop(v, fn, [item(WORDS, [2, 3], {"question": Q}, "an answer")] * 2)
+        service.fail_status = 504
+        failed = run_loop(v, fn, [item(WORDS, [2, 3], {"question": Q}, "an answer")])
+        legacy = v.get_custom_reward_fn(config("compute_score_sync"))
+        failed_sync = legacy(
+            data_source="test", solution_str="a", ground_truth="b", extra_info={"question": Q}
+        )
+    info = failed[0]["reward_extra_info"]
+    assert failed[0]["reward_score"] == 0.5  # nothing of its group is known
+    assert info["judge_failed"] == 1.0
+    assert set(info) == set(judged[0]["reward_extra_info"])
+    assert judged[0]["reward_extra_info"]["judge_failed"] == 0.0
+    assert failed_sync["judge_failed"] == 1.0
+
+
+def test_an_error_to_fix_is_raised_not_masked(monkeypatch):
+    with fake_service(monkeypatch) as service, verl() as v:
+        service.fail_status = 422
+        fn = v.get_custom_reward_fn(config("compute_score"))
+        with pytest.raises(Exception, match="422"):
+            run_loop(v, fn, [item(WORDS, [2, 3], {"question": Q}, "an answer")])

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from reflectrm.api import schemas
 from reflectrm.api.errors import status_of
 from reflectrm.judging import types
-from reflectrm.judging.groups import NO_VERDICT_REWARD, Comparison
+from reflectrm.judging.groups import Comparison, failed_reward
 from reflectrm.serving.errors import InvalidRequestError
 from reflectrm.serving.types import (
     BatchResult,
@@ -361,11 +361,11 @@ def openrlhf_response(results: list[GroupResult]) -> schemas.OpenRLHFResponse:
     swap = any(r.spec.debias == "swap" for r in results)
     keys = ["judge_reward_first_order", "judge_reward_second_order"]
     keys += ["judge_consistent", "judge_inconsistent"] if swap else []
-    keys += ["judge_no_verdict", "judge_generated_tokens"]
+    keys += ["judge_no_verdict", "judge_failed", "judge_generated_tokens"]
     logs: dict[str, list[float]] = {key: [] for key in keys}
     for result in results:
         reward = result.rewards[0].reward
-        number = NO_VERDICT_REWARD if reward is None else reward
+        number = failed_reward(()) if reward is None else reward
         rewards.append(number)
         orders = result.judged[0].answer.order_scores if result.judged else ()
         # One order (debias none) or none (an empty response): the reward stands for the rest.
@@ -377,6 +377,7 @@ def openrlhf_response(results: list[GroupResult]) -> schemas.OpenRLHFResponse:
             logs["judge_consistent"].append(1.0 if consistent is True else 0.0)
             logs["judge_inconsistent"].append(1.0 if consistent is False else 0.0)
         logs["judge_no_verdict"].append(1.0 if reward is None else 0.0)
+        logs["judge_failed"].append(1.0 if reward is None else 0.0)
         logs["judge_generated_tokens"].append(float(result.usage.generated_tokens))
     return schemas.OpenRLHFResponse(rewards=rewards, scores=rewards, extra_logs=logs)
 
@@ -419,10 +420,13 @@ def sample_reward_response(result: MemberResult) -> schemas.SampleRewardResponse
 
 
 def openrlhf_cohort_response(results: list[MemberResult]) -> schemas.OpenRLHFResponse:
-    """Group rewards for OpenRLHF: a sample without a verdict gets NO_VERDICT_REWARD, flagged
-    in ``judge_no_verdict``; the cohort's figures ride in ``extra_logs`` (numbers only)."""
+    """Group rewards for OpenRLHF: a sample without a reward (no verdict in its comparisons, or
+    alone in a cut cohort) gets the mean of its cohort's judged rewards (``failed_reward``: the
+    group's mean stays the judged members', its advantage against it zero), flagged in
+    ``judge_failed``; the cohort's figures ride in ``extra_logs`` (numbers only)."""
     rewards: list[float] = []
     logs: dict[str, list[float]] = {
+        "judge_failed": [],
         "judge_no_verdict": [],
         "judge_cohort_arrived": [],
         "judge_cohort_cut": [],
@@ -432,9 +436,13 @@ def openrlhf_cohort_response(results: list[MemberResult]) -> schemas.OpenRLHFRes
     }
     for result in results:
         reward = result.reward.reward
-        rewards.append(NO_VERDICT_REWARD if reward is None else reward)
         group, n = result.group, max(1, len(result.group.spec.completions))
-        logs["judge_no_verdict"].append(1.0 if reward is None else 0.0)
+        alone = result.cut and result.arrived < 2
+        rewards.append(
+            failed_reward([r.reward for r in group.rewards]) if reward is None else reward
+        )
+        logs["judge_failed"].append(1.0 if reward is None else 0.0)
+        logs["judge_no_verdict"].append(1.0 if reward is None and not alone else 0.0)
         logs["judge_cohort_arrived"].append(float(result.arrived))
         logs["judge_cohort_cut"].append(1.0 if result.cut else 0.0)
         logs["judge_cohort_wait_s"].append(round(result.wait_s, 3))

@@ -37,8 +37,10 @@ from reflectrm.serving.types import PairAsk, PairResult
 
 router = APIRouter(route_class=StrictJSONRoute, tags=["NeMo Gym GenRM"])
 
-# Said instead of scores when no judge output had a verdict (option no_verdict: unparseable):
-# no JSON object in it, so genrm_compare's parser fails and its configured fallback applies.
+# Said instead of scores when no judge output had a verdict and the caller asked for
+# ``no_verdict: unparseable``: no JSON object in it, so genrm_compare's parser fails and scores
+# the pair with its configured defaults. The default (``failed``) answers nothing instead, which
+# genrm_compare 0.7 takes for a failed judge call and masks (docs/nemo-gym.md).
 NO_VERDICT_TEXT = (
     "No verdict: none of the judge's outputs, in any order, ended in a verdict, so there are "
     "no scores for this pair (reflectrm outcome no_verdict)."
@@ -80,8 +82,10 @@ def completion(body: GenRMChatRequest, result: PairResult) -> GenRMChatCompletio
         content = json.dumps(genrm_scores(a.scores))
     elif body.reflectrm.no_verdict == "neutral":
         content = json.dumps(NEUTRAL)
-    else:
+    elif body.reflectrm.no_verdict == "unparseable":
         content = NO_VERDICT_TEXT
+    else:
+        content = ""
     usage = convert.usage_of(result.usage)
     return GenRMChatCompletion(
         id=f"chatcmpl-{e.request_id}",

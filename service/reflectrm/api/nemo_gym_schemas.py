@@ -82,12 +82,15 @@ class ReflectRMOptions(BaseModel):
     max_tokens: int | None = Field(
         None, ge=16, description="Generation limit per judge output. Default from the server."
     )
-    no_verdict: Literal["unparseable", "neutral"] = Field(
-        "unparseable",
-        description="The reply when no judge output in any order had a verdict. unparseable: "
-        "a sentence without scores, so genrm_compare applies its own fallback (default_score, "
-        "default_ranking) and logs the parse failure; neutral: the scores of a tie "
-        '({"score_1": 3, "score_2": 3, "ranking": 3.5}).',
+    no_verdict: Literal["failed", "unparseable", "neutral"] = Field(
+        "failed",
+        description="The reply when no judge output in any order had a verdict. failed: an "
+        "empty answer, which genrm_compare (NeMo Gym 0.7) takes for a failed judge call: after "
+        "its retries the cohort fails and every member is masked (mask_sample, failure_kind "
+        "judge_failed, failure_reason) instead of rewarded; unparseable: a sentence without "
+        "scores, a completed answer that genrm_compare scores with its default_score and "
+        "default_ranking; neutral: the scores of a tie "
+        '({"score_1": 3, "score_2": 3, "ranking": 3.5}). The last two are made-up scores.',
     )
 
 

@@ -10,15 +10,23 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
+
 from reflectrm.client import (
     DEFAULT_URL,
     AsyncClient,
     Client,
     Conversation,
+    ReflectRMError,
     Rewards,
     SampleReward,
 )
-from reflectrm.judging.groups import NO_VERDICT_REWARD
+from reflectrm.judging.groups import failed_reward
+
+# Statuses of a judgment that failed for want of the judge, after the client's retries: no
+# slot in time (429), the engine loading or stopped (503), past the deadline (504). Another
+# error (a 4xx saying what to fix) is raised: it is the caller's to fix, not a sample to mask.
+FAILED_STATUSES = frozenset({429, 503, 504})
 
 
 def _env_int(name: str) -> int | None:
@@ -124,21 +132,64 @@ def reference_of(value: Any, where: str) -> str:
     return value if isinstance(value, str) else str(value)
 
 
+COHORT_KEYS = (
+    "judge_failed",
+    "judge_no_verdict",
+    "judge_cohort_cut",
+    "judge_cohort_arrived",
+    "judge_cohort_judgments",
+)
+
+
 def cohort_details(result: SampleReward) -> dict[str, float]:
     """A cohort member's reward and figures, as numbers for a trainer's logs (the same keys for
-    every sample)."""
+    every sample). ``judge_failed`` is 1.0 when the member has no reward (no verdict in any of
+    its comparisons, or alone in a cohort its timeout cut): ``score`` is then the mean of the
+    cohort's judged rewards (``failed_reward``), not a judgment of it."""
+    failed = result.reward is None
     return {
-        "score": as_number(result.reward),
-        "judge_no_verdict": 1.0 if result.reward is None else 0.0,
+        "score": as_number(result.reward, result.cohort.rewards),
+        "judge_failed": 1.0 if failed else 0.0,
+        "judge_no_verdict": 1.0 if failed and not _alone(result) else 0.0,
         "judge_cohort_cut": 1.0 if result.cohort.cut else 0.0,
         "judge_cohort_arrived": float(result.cohort.arrived),
         "judge_cohort_judgments": float(result.cohort.judgments),
     }
 
 
-def as_number(reward: float | None) -> float:
-    """For trainers that need a number for every sample."""
-    return NO_VERDICT_REWARD if reward is None else reward
+def _alone(result: SampleReward) -> bool:
+    return result.cohort.cut and result.cohort.arrived < 2
+
+
+def failure_reason(result: SampleReward) -> str:
+    """Why a cohort member has no reward (None when it has one is the caller's check)."""
+    if _alone(result):
+        return "cohort_cut: the cohort's timeout cut it with this member alone"
+    return "no_verdict: none of this member's comparisons ended in a verdict"
+
+
+def failed_details(keys: Sequence[str], reason: str) -> dict[str, float]:
+    """A sample whose judgment failed for want of the judge (``failure_of``): the neutral
+    reward (nothing of its group is known), ``judge_failed`` 1.0, the other keys 0.0."""
+    details = {"score": failed_reward(()), **dict.fromkeys(keys, 0.0)}
+    details["judge_failed"] = 1.0
+    return details
+
+
+def failure_of(exc: BaseException) -> str | None:
+    """The reason when ``exc`` is a judgment that failed for want of the judge (after the
+    client's retries: FAILED_STATUSES, or the service unreachable); None for anything else."""
+    if isinstance(exc, ReflectRMError) and exc.status in FAILED_STATUSES:
+        return f"judge_unavailable: {exc.status} {exc.detail}"[:2000]
+    if isinstance(exc, httpx.TransportError):
+        return f"judge_unreachable: {type(exc).__name__}: {exc}"[:2000]
+    return None
+
+
+def as_number(reward: float | None, group: Sequence[float | None] = ()) -> float:
+    """For trainers that need a number for every sample: a failed one (None) gets the mean of
+    its group's judged rewards (``failed_reward``)."""
+    return failed_reward(group) if reward is None else reward
 
 
 def first_reward_details(result: Rewards) -> dict[str, float]:
@@ -163,7 +214,16 @@ def first_reward_details(result: Rewards) -> dict[str, float]:
         details["judge_consistent"] = 1.0 if consistent is True else 0.0
         details["judge_inconsistent"] = 1.0 if consistent is False else 0.0
     details["judge_no_verdict"] = 1.0 if reward is None else 0.0
+    details["judge_failed"] = 1.0 if reward is None else 0.0
     return details
+
+
+def reference_keys(debias: str | None) -> tuple[str, ...]:
+    """The keys of ``first_reward_details`` under ``debias`` (None: the server's, swap)."""
+    keys: tuple[str, ...] = ("judge_reward_first_order", "judge_reward_second_order")
+    if debias != "none":
+        keys += ("judge_consistent", "judge_inconsistent")
+    return (*keys, "judge_no_verdict", "judge_failed")
 
 
 def text_of(content: Any) -> str:

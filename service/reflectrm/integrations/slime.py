@@ -33,6 +33,7 @@ applies the template: it is judged as the user turn as it is) or a list of messa
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -41,10 +42,33 @@ from reflectrm.integrations.common import (
     as_number,
     async_client,
     conversation_from_prompt,
+    failure_of,
+    failure_reason,
     reference_of,
 )
+from reflectrm.judging.groups import failed_reward
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_GROUP_STRATEGY = "round_robin"
+
+
+def _fail(samples: Sequence[Any], reason: str) -> None:
+    """slime's own mask: a sample with ``remove_sample`` takes no part in the loss (slime
+    zeroes its loss mask); the reason goes in its metadata."""
+    for sample in samples:
+        sample.remove_sample = True
+        metadata = getattr(sample, "metadata", None)
+        if isinstance(metadata, dict):
+            metadata["reflectrm_failure"] = reason
+
+
+def _judge_failure(exc: Exception) -> str:
+    reason = failure_of(exc)
+    if reason is None:
+        raise exc
+    logger.warning("reflectrm: a judgment failed, its samples removed: %s", reason)
+    return reason
 
 
 def _rollouts(group: Sequence[Any]) -> tuple[list[Any], list[list[Any]]]:
@@ -58,22 +82,30 @@ async def group_rm(args: Any, samples: list[Any], **kwargs: Any) -> list[float]:
     strategy = config.strategy or DEFAULT_GROUP_STRATEGY
     nested = any(isinstance(s, list | tuple) for s in samples)
     judged, members = _rollouts(samples)
+    got: list[float | None]
     if len(judged) < 2 and strategy != "reference":
-        rewards = [as_number(None) for _ in judged]
+        got, reason = [None] * len(judged), "alone: a group of one has nothing to compare"
     else:
         reference = (
             {"reference": reference_of(judged[0].label, "sample.label")}
             if strategy == "reference"
             else {}
         )
-        result = await async_client(config.url).rewards(
-            conversation_from_prompt(judged[0].prompt),
-            [s.response for s in judged],
-            strategy=strategy,
-            **reference,
-            **config.judging_fields(),
-        )
-        rewards = [as_number(r) for r in result.rewards]
+        try:
+            result = await async_client(config.url).rewards(
+                conversation_from_prompt(judged[0].prompt),
+                [s.response for s in judged],
+                strategy=strategy,
+                **reference,
+                **config.judging_fields(),
+            )
+            got, reason = list(result.rewards), "no_verdict: no comparison had a verdict"
+        except Exception as exc:
+            got, reason = [None] * len(judged), _judge_failure(exc)
+    rewards = [as_number(r, got) for r in got]
+    for rollout, reward in zip(members, got, strict=True):
+        if reward is None:
+            _fail(rollout, reason)
     if not nested:
         return rewards
     for rollout, reward in zip(members, rewards, strict=True):
@@ -83,13 +115,20 @@ async def group_rm(args: Any, samples: list[Any], **kwargs: Any) -> list[float]:
 
 
 async def _reference_one(config: RewardConfig, sample: Any) -> float:
-    result = await async_client(config.url).rewards(
-        conversation_from_prompt(sample.prompt),
-        [sample.response],
-        reference=reference_of(sample.label, "sample.label"),
-        strategy="reference",
-        **config.judging_fields(),
-    )
+    reference = reference_of(sample.label, "sample.label")
+    try:
+        result = await async_client(config.url).rewards(
+            conversation_from_prompt(sample.prompt),
+            [sample.response],
+            reference=reference,
+            strategy="reference",
+            **config.judging_fields(),
+        )
+    except Exception as exc:
+        _fail([sample], _judge_failure(exc))
+        return failed_reward(())
+    if result.rewards[0] is None:
+        _fail([sample], "no_verdict: the comparison with the label had no verdict")
     return as_number(result.rewards[0])
 
 
@@ -112,14 +151,22 @@ async def cohort_rm(args: Any, sample: Any, **kwargs: Any) -> float | list[float
     # rollout's member of the cohort, and every sample of it gets the rollout's reward.
     judged = sample[-1] if isinstance(sample, list | tuple) else sample
     group_index = getattr(judged, "group_index", None)
-    member = await async_client(config.url).sample_reward(
-        conversation_from_prompt(judged.prompt),
-        judged.response,
-        group_size,
-        group_id=None if group_index is None else f"slime-group-{group_index}",
-        **config.cohort_fields(),
-    )
-    reward = as_number(member.reward)
+    samples = list(sample) if isinstance(sample, list | tuple) else [sample]
+    try:
+        member = await async_client(config.url).sample_reward(
+            conversation_from_prompt(judged.prompt),
+            judged.response,
+            group_size,
+            group_id=None if group_index is None else f"slime-group-{group_index}",
+            **config.cohort_fields(),
+        )
+    except Exception as exc:
+        _fail(samples, _judge_failure(exc))
+        reward = failed_reward(())
+    else:
+        if member.reward is None:
+            _fail(samples, failure_reason(member))
+        reward = as_number(member.reward, member.cohort.rewards)
     if isinstance(sample, list | tuple):
         return [reward] * len(sample)
     return reward

@@ -19,15 +19,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from typing import Any
 
 from reflectrm.integrations.common import (
     RewardConfig,
     async_client,
     conversation_from_prompt,
+    failure_of,
     text_of,
 )
 from reflectrm.judging.groups import STRATEGIES
+
+logger = logging.getLogger(__name__)
 
 
 def completion_text(completion: Any) -> str:
@@ -110,7 +114,16 @@ class ReflectRMReward:
         fields = {"strategy": self.config.strategy, **self.config.judging_fields()}
         if reference is not None:
             fields["reference"] = reference
-        result = await async_client(self.config.url).rewards(
-            conversation_from_prompt(prompt), [texts[i] for i in members], **fields
-        )
+        try:
+            result = await async_client(self.config.url).rewards(
+                conversation_from_prompt(prompt), [texts[i] for i in members], **fields
+            )
+        except Exception as exc:
+            reason = failure_of(exc)
+            if reason is None:
+                raise
+            # TRL's own mask: None rows are unscorable, out of the group's baseline (nanmean)
+            # with a zero advantage (trl 1.16 GRPOTrainer).
+            logger.warning("reflectrm: a group's judgment failed, its rewards None: %s", reason)
+            return [None] * len(members)
         return result.rewards

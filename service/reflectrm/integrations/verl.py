@@ -32,20 +32,27 @@ preprocessing scripts store), else ``ground_truth["prompt"]``.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
 from reflectrm.client import Conversation
 from reflectrm.integrations.common import (
+    COHORT_KEYS,
     RewardConfig,
     as_number,
     async_client,
     cohort_details,
     conversation_from_prompt,
+    failed_details,
+    failure_of,
     first_reward_details,
+    reference_keys,
     reference_of,
     sync_client,
 )
+
+logger = logging.getLogger(__name__)
 
 PROMPT_KEYS = ("prompt", "question")
 REFERENCE_KEYS = ("reference", "ground_truth", "answer")
@@ -112,11 +119,27 @@ async def compute_score(
     config = RewardConfig.from_env()
     conversation, fields = _ask(config, solution_str, ground_truth, extra_info)
     client = async_client(config.url)
-    if config.group_size is not None:
-        member = await client.sample_reward(conversation, solution_str, config.group_size, **fields)
-        return cohort_details(member)
-    result = await client.rewards(conversation, [solution_str], **fields)
+    try:
+        if config.group_size is not None:
+            member = await client.sample_reward(
+                conversation, solution_str, config.group_size, **fields
+            )
+            return cohort_details(member)
+        result = await client.rewards(conversation, [solution_str], **fields)
+    except Exception as exc:
+        return _failed(config, exc)
     return {"score": as_number(result.rewards[0]), **first_reward_details(result)}
+
+
+def _failed(config: RewardConfig, exc: Exception) -> dict[str, Any]:
+    """A judgment that failed for want of the judge, as verl's reward extra info: the same keys
+    as a judged sample, ``judge_failed`` 1.0 (any other error is raised)."""
+    reason = failure_of(exc)
+    if reason is None:
+        raise exc
+    logger.warning("reflectrm: a sample's judgment failed, flagged judge_failed: %s", reason)
+    keys = COHORT_KEYS if config.group_size is not None else reference_keys(config.debias)
+    return failed_details(keys, reason)
 
 
 def compute_score_sync(
@@ -131,10 +154,13 @@ def compute_score_sync(
     config = RewardConfig.from_env()
     conversation, fields = _ask(config, solution_str, ground_truth, extra_info)
     client = sync_client(config.url)
-    if config.group_size is not None:
-        member = client.sample_reward(conversation, solution_str, config.group_size, **fields)
-        return cohort_details(member)
-    result = client.rewards(conversation, [solution_str], **fields)
+    try:
+        if config.group_size is not None:
+            member = client.sample_reward(conversation, solution_str, config.group_size, **fields)
+            return cohort_details(member)
+        result = client.rewards(conversation, [solution_str], **fields)
+    except Exception as exc:
+        return _failed(config, exc)
     return {"score": as_number(result.rewards[0]), **first_reward_details(result)}
 
 

@@ -61,7 +61,8 @@ STRATEGIES: tuple[Strategy, ...] = (
 FITTED: tuple[Strategy, ...] = ("knockout", "circular", "swiss")
 EMPTY_REWARD = 0.0
 # Where a caller needs a number for every completion (OpenRLHF, verl, slime), a completion
-# without a verdict gets this neutral reward: as good as what it was compared with.
+# whose judgment failed gets the mean of its group's judged rewards (``failed_reward``), or this
+# neutral reward when none of the group was judged.
 NO_VERDICT_REWARD = 0.5
 # A group whose non-empty completions are all the same text (after whitespace normalisation):
 # nothing is judged, and each gets this, the reward of a tie.
@@ -218,6 +219,17 @@ def aggregate(completions: Sequence[str], results: Sequence[Result]) -> list[Com
         reward = math.fsum(mine) / len(mine) if mine else None
         rewards.append(_counted(i, reward, tally))
     return rewards
+
+
+def failed_reward(rewards: Sequence[float | None]) -> float:
+    """The number a trainer that needs one for every sample gets for a completion whose
+    judgment failed (reward None): the mean of the group's judged rewards, so that the group's
+    mean (the baseline of GRPO-style estimators) is the judged members' and the failed one's
+    advantage against it is zero; NO_VERDICT_REWARD when no member was judged (then every
+    member gets it, and none has an advantage). Its flag (``judge_failed``) says it is no
+    reward; where a trainer can mask a sample, the adapters mask it (docs/rlhf.md)."""
+    judged = [r for r in rewards if r is not None]
+    return math.fsum(judged) / len(judged) if judged else NO_VERDICT_REWARD
 
 
 # --- Bradley-Terry ---------------------------------------------------------------------------
