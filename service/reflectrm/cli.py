@@ -43,14 +43,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_prepare_model(args: argparse.Namespace) -> int:
-    from reflectrm.checkpoints import (
-        ARTIFACT_DIR,
-        CheckpointError,
-        is_judge_artifact,
-        prepare_default_judge,
-        prepare_default_model,
-        validate_checkpoint,
-    )
+    from reflectrm.checkpoints.artifact import is_judge_artifact
+    from reflectrm.checkpoints.base import prepare_default_model
+    from reflectrm.checkpoints.files import ARTIFACT_DIR
+    from reflectrm.checkpoints.resolve import prepare_default_judge
+    from reflectrm.checkpoints.validate import CheckpointError, validate_checkpoint
 
     settings = get_settings()
     cache = Path(args.cache_dir) if args.cache_dir else settings.cache_dir

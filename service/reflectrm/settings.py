@@ -18,7 +18,8 @@ from typing import Any, Literal, TypeVar
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from reflectrm.checkpoints import DEFAULT_MODEL, default_cache_dir
+from reflectrm.checkpoints.base import default_cache_dir
+from reflectrm.checkpoints.resolve import DEFAULT_MODEL
 from reflectrm.engines.config import EngineConfig, RemoteConfig
 from reflectrm.judging import defaults
 from reflectrm.judging.config import JudgeConfig

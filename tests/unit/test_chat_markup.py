@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from reflectrm.checkpoints import default_cache_dir, default_model_dir
+from reflectrm.checkpoints.base import default_cache_dir, default_model_dir
 from reflectrm.engines.base import Generation, GenerationResult, Prompt, SamplingSpec
 from reflectrm.engines.chat import chat_template_kwargs
 from reflectrm.engines.config import RemoteConfig

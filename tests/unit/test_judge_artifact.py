@@ -12,22 +12,21 @@ import torch
 from safetensors.torch import load_file
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from reflectrm.checkpoints import (
-    DEFAULT_MODEL,
-    CheckpointError,
-    resolve_model,
-)
-from reflectrm.judge_artifact import (
-    ADAPTER_CONFIG,
-    ADAPTER_WEIGHTS,
-    ARTIFACT_MANIFEST,
+from reflectrm.checkpoints.artifact import (
     ArtifactError,
-    file_sha256,
     judge_dir,
     merge_adapter,
     prepare_judge,
     read_manifest,
 )
+from reflectrm.checkpoints.files import (
+    ADAPTER_CONFIG,
+    ADAPTER_WEIGHTS,
+    ARTIFACT_MANIFEST,
+    file_sha256,
+)
+from reflectrm.checkpoints.resolve import DEFAULT_MODEL, resolve_model
+from reflectrm.checkpoints.validate import CheckpointError
 from reflectrm.settings import Settings
 
 
@@ -175,12 +174,12 @@ def test_a_missing_artifact_file_is_refused(base: Path, tmp_path: Path, gguf: Pa
 def test_the_default_setting_serves_the_packaged_judge_when_there_is_one(
     base: Path, tmp_path: Path, gguf: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import reflectrm.checkpoints as checkpoints
+    import reflectrm.checkpoints.resolve as resolve
 
     art = _artifact(base, tmp_path, gguf)
-    monkeypatch.setattr(checkpoints, "ARTIFACT_DIR", art)
-    monkeypatch.setattr(checkpoints, "find_gguf", lambda cache, say: gguf)
-    monkeypatch.setattr(checkpoints, "prepare_default_model", lambda cache, say: base)
+    monkeypatch.setattr(resolve, "ARTIFACT_DIR", art)
+    monkeypatch.setattr(resolve, "find_gguf", lambda cache, say: gguf)
+    monkeypatch.setattr(resolve, "prepare_default_model", lambda cache, say: base)
     assert Settings().model == DEFAULT_MODEL
     cache = tmp_path / "cache"
     served = Path(resolve_model(DEFAULT_MODEL, cache, "v1"))
@@ -199,25 +198,25 @@ def test_the_default_setting_serves_the_packaged_judge_when_there_is_one(
 def test_without_a_packaged_judge_the_default_is_the_base_model(
     base: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import reflectrm.checkpoints as checkpoints
+    import reflectrm.checkpoints.resolve as resolve
 
-    monkeypatch.setattr(checkpoints, "ARTIFACT_DIR", tmp_path / "no-judge")
-    monkeypatch.setattr(checkpoints, "prepare_default_model", lambda cache, say: base)
+    monkeypatch.setattr(resolve, "ARTIFACT_DIR", tmp_path / "no-judge")
+    monkeypatch.setattr(resolve, "prepare_default_model", lambda cache, say: base)
     assert Path(resolve_model(DEFAULT_MODEL, tmp_path / "cache", "v1")) == base
 
 
 def test_the_package_ships_a_judge_with_its_verdict_layer_and_every_hash_holds() -> None:
     """The committed default judge: its manifest names the adapter, the verdict layer and the
     split, each file has the recorded sha256, and its held-out figures are recorded."""
-    from reflectrm.checkpoints import ARTIFACT_DIR
-    from reflectrm.judge_artifact import VERDICT_WEIGHTS, check_artifact, is_judge_artifact
+    from reflectrm.checkpoints.artifact import check_artifact, is_judge_artifact
+    from reflectrm.checkpoints.files import ARTIFACT_DIR, SPLIT_FILE, VERDICT_WEIGHTS
 
     assert is_judge_artifact(ARTIFACT_DIR)
     manifest = read_manifest(ARTIFACT_DIR)
     assert set(manifest["files"]) == {
         ADAPTER_WEIGHTS,
-        "adapter_config.json",
-        "holdout-split.json",
+        ADAPTER_CONFIG,
+        SPLIT_FILE,
         VERDICT_WEIGHTS,
     }
     check_artifact(ARTIFACT_DIR, manifest, None)

@@ -11,7 +11,8 @@ import torch
 from safetensors.torch import save_file
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from reflectrm.judge_artifact import PROBE_WEIGHTS, ArtifactError, apply_probe, merge_adapter
+from reflectrm.checkpoints.artifact import ArtifactError, apply_probe, merge_adapter
+from reflectrm.checkpoints.files import PROBE_WEIGHTS
 from reflectrm.training.probe import (
     copy_projector,
     evaluate_head,

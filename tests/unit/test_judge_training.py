@@ -11,7 +11,7 @@ import pytest
 import torch
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-from reflectrm.checkpoints import default_cache_dir, default_model_dir
+from reflectrm.checkpoints.base import default_cache_dir, default_model_dir
 from reflectrm.datasets import Pair
 from reflectrm.engines.chat import ChatRenderer
 from reflectrm.judging.types import Message

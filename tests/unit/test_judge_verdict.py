@@ -14,16 +14,11 @@ import torch
 from safetensors.torch import save_file
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-from reflectrm.checkpoints import default_cache_dir, default_model_dir
+from reflectrm.checkpoints.artifact import ArtifactError, merge_adapter, pack_sparse, unpack_sparse
+from reflectrm.checkpoints.base import default_cache_dir, default_model_dir
+from reflectrm.checkpoints.files import VERDICT_WEIGHTS
 from reflectrm.datasets import Pair
 from reflectrm.engines.chat import ChatRenderer
-from reflectrm.judge_artifact import (
-    VERDICT_WEIGHTS,
-    ArtifactError,
-    merge_adapter,
-    pack_sparse,
-    unpack_sparse,
-)
 from reflectrm.judging.types import Message
 from reflectrm.training.verdict import (
     VerdictConfig,

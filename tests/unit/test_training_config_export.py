@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from reflectrm.checkpoints import MANIFEST, CheckpointError, validate_checkpoint
+from reflectrm.checkpoints.files import MANIFEST
+from reflectrm.checkpoints.validate import CheckpointError, validate_checkpoint
 from reflectrm.training.cli import add_parser
 from reflectrm.training.config import load_settings, parse_overrides
 from reflectrm.training.export import build_manifest, export_checkpoint, read_manifest

@@ -7,7 +7,7 @@ import contextlib
 import dataclasses
 from collections.abc import AsyncIterator
 
-from reflectrm.checkpoints import resolve_model
+from reflectrm.checkpoints.resolve import resolve_model
 from reflectrm.engines.base import Engine
 from reflectrm.engines.config import EngineConfig
 

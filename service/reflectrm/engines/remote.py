@@ -44,7 +44,7 @@ from typing import Any
 
 import httpx
 
-from reflectrm.checkpoints import DEFAULT_MODEL
+from reflectrm.checkpoints.resolve import DEFAULT_MODEL
 from reflectrm.engines.base import (
     ChatMessage,
     EngineError,
@@ -438,7 +438,7 @@ async def _wait_for_fleet(
 def _local_tokenizer(config: EngineConfig) -> Any:
     from transformers import AutoTokenizer
 
-    from reflectrm.checkpoints import resolve_model
+    from reflectrm.checkpoints.resolve import resolve_model
 
     assert config.remote.tokenizer is not None
     path = resolve_model(config.remote.tokenizer, config.cache_dir, config.template_version)

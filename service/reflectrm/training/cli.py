@@ -17,7 +17,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from reflectrm.checkpoints import ARTIFACT_DIR, CheckpointError
+from reflectrm.checkpoints.files import ARTIFACT_DIR, SPLIT_FILE
+from reflectrm.checkpoints.validate import CheckpointError
 from reflectrm.engines import open_engine
 from reflectrm.interrupts import run_command
 from reflectrm.settings import get_settings
@@ -150,8 +151,8 @@ def _add_pool(p: Any, split_help: str) -> None:
     p.add_argument(
         "--split",
         type=Path,
-        default=ARTIFACT_DIR / "holdout-split.json",
-        help=f"{split_help} (default: service/reflectrm/artifacts/judge/holdout-split.json)",
+        default=ARTIFACT_DIR / SPLIT_FILE,
+        help=f"{split_help} (default: service/reflectrm/artifacts/judge/{SPLIT_FILE})",
     )
 
 
@@ -382,7 +383,7 @@ async def _check_with_engine(settings: Any, pairs: Any, config: Any) -> dict[str
 
 @_friendly
 def run_judge(args: argparse.Namespace) -> int:
-    from reflectrm.checkpoints import base_model_dir
+    from reflectrm.checkpoints.base import base_model_dir
     from reflectrm.training.judge import JudgeTrainConfig, train_judge
     from reflectrm.training.split import (
         make_split,
@@ -419,7 +420,7 @@ def run_judge(args: argparse.Namespace) -> int:
 
 @_friendly
 def run_probe(args: argparse.Namespace) -> int:
-    from reflectrm.checkpoints import base_model_dir
+    from reflectrm.checkpoints.base import base_model_dir
     from reflectrm.training import probe
     from reflectrm.training.split import read_sources, read_split, training_pairs
 
@@ -450,7 +451,7 @@ def run_probe(args: argparse.Namespace) -> int:
 
 @_friendly
 def run_verdict(args: argparse.Namespace) -> int:
-    from reflectrm.checkpoints import base_model_dir
+    from reflectrm.checkpoints.base import base_model_dir
     from reflectrm.training import verdict
     from reflectrm.training.split import read_sources, read_split, training_pairs
 

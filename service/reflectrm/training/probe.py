@@ -20,7 +20,8 @@ network:
    by ``+v/2`` and ``-v/2``, so the margin at every position becomes ``margin + v . h``. The
    base model ties its output layer to its input embeddings; the merged judge unties them (the
    inputs keep the base embeddings). The artifact stores ``v`` and the two token ids
-   (``probe.safetensors``, 2 KB), and the merge applies it (``judge_artifact.merge_adapter``).
+   (``probe.safetensors``, 2 KB), and the merge applies it
+   (``checkpoints.artifact.merge_adapter``).
 
 The edit acts at every position, not only the decision: where the judge copies its decision
 into the verdict, its own margin is large and the head's (about as large as at the decision)
@@ -41,6 +42,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from reflectrm.checkpoints.files import PROBE_WEIGHTS
 from reflectrm.datasets import Pair
 from reflectrm.training.judge import (
     ADAPTER_DIR,
@@ -52,7 +54,6 @@ from reflectrm.training.judge import (
 
 FEATURES_FILE = "features.pt"
 COPY_FEATURES_FILE = "copy-features.pt"
-PROBE_FILE = "probe.safetensors"
 REPORT_FILE = "probe-report.json"
 
 
@@ -467,7 +468,7 @@ def fit_probe(out: Path, config: ProbeConfig, say: Callable[[str], None] = print
             "direction": (config.scale * v).contiguous(),
             "digits": torch.tensor([one, two], dtype=torch.int64),
         },
-        str(out / PROBE_FILE),
+        str(out / PROBE_WEIGHTS),
         metadata={"format": "pt"},
     )
     base = summarize(
@@ -506,7 +507,7 @@ def run_probe(
 ) -> dict[str, Any]:
     """Features from the run's merged model (unless ``fit_only``), the copy positions' states
     (once), then the fit. The held-out split is measured on the engine (``reflectrm eval``)."""
-    from reflectrm.judge_artifact import merge_adapter
+    from reflectrm.checkpoints.artifact import merge_adapter
 
     with tempfile.TemporaryDirectory() as tmp:
         model = Path(tmp) / "model"

@@ -3,8 +3,8 @@
 The artifact folder (service/reflectrm/artifacts/judge for the default judge) gets the adapter's
 two files, the held-out split, and ``manifest.json`` recording the sha256 of each of them, of the
 base model's GGUF file and of every data file, with the run's command, settings, steps, wall
-time and CPU, and the held-out figures when given. ``judge_artifact`` checks all of it before it
-builds the served checkpoint.
+time and CPU, and the held-out figures when given. ``checkpoints.artifact`` checks all of it
+before it builds the served checkpoint.
 """
 
 from __future__ import annotations
@@ -15,19 +15,24 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from reflectrm.checkpoints import DEFAULT_MODEL_NAME, GGUF_NAME, WHEEL, default_cache_dir, find_gguf
-from reflectrm.judge_artifact import (
+from reflectrm.checkpoints.base import (
+    DEFAULT_MODEL_NAME,
+    GGUF_NAME,
+    WHEEL,
+    default_cache_dir,
+    find_gguf,
+)
+from reflectrm.checkpoints.files import (
     ADAPTER_CONFIG,
     ADAPTER_WEIGHTS,
     ARTIFACT_MANIFEST,
     PROBE_WEIGHTS,
+    SPLIT_FILE,
     VERDICT_WEIGHTS,
     file_sha256,
 )
 from reflectrm.training.judge import ADAPTER_DIR, CONFIG_FILE
 from reflectrm.training.split import held_out_keys, read_sources, read_split
-
-SPLIT_FILE = "holdout-split.json"
 
 
 def ship_judge(

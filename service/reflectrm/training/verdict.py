@@ -34,7 +34,7 @@ random start, did not find the markers in an epoch):
    ``slot1_band`` of half the time. The held-out split is measured on the engine
    (``reflectrm eval``), never here.
 
-``judge_artifact.merge_adapter`` adds the layer after the run's adapter is merged
+``checkpoints.artifact.merge_adapter`` adds the layer after the run's adapter is merged
 (``verdict-layer.safetensors``, its index in the metadata, the MLP's zeros made by the merge).
 """
 
@@ -52,9 +52,10 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from reflectrm.checkpoints.artifact import merge_adapter, pack_sparse
+from reflectrm.checkpoints.files import VERDICT_WEIGHTS
 from reflectrm.datasets import Pair
 from reflectrm.hardware import cpu_name
-from reflectrm.judge_artifact import merge_adapter, pack_sparse
 from reflectrm.training.judge import (
     resolve_precision,
     tokenize_targets,
@@ -65,7 +66,6 @@ from reflectrm.training.split import prompt_key
 STATES_DIR = "states"
 REPORT_FILE = "verdict-report.json"
 PLAN_FILE = "verdict-plan.json"
-VERDICT_WEIGHTS = "verdict-layer.safetensors"
 
 
 @dataclass(frozen=True)

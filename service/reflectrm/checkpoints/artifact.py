@@ -1,7 +1,8 @@
 """The shipped default judge: a LoRA adapter in the package, merged into the base model once.
 
 ``artifacts/judge/`` holds what ``reflectrm train judge`` made (``adapter_model.safetensors``,
-``adapter_config.json``), the held-out split it never trained on, and ``manifest.json``: the
+``adapter_config.json``), the verdict layer of ``reflectrm train verdict`` when there is one
+(``verdict-layer.safetensors``), the held-out split it never trained on, and ``manifest.json``: the
 sha256 of every one of those files, of the base model's GGUF file, of the data files, the
 command, seed, steps, wall time, CPU, and the held-out figures. The served checkpoint is built
 from base + adapter into the cache folder once; every hash is checked first, and a file whose
@@ -20,27 +21,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-# The checkpoint manifest's file name (models.MANIFEST, which imports this module).
-MANIFEST = "reflectrm-manifest.json"
-
-ARTIFACT_DIR = Path(__file__).parent / "artifacts" / "judge"
-ARTIFACT_MANIFEST = "manifest.json"
-ADAPTER_WEIGHTS = "adapter_model.safetensors"
-ADAPTER_CONFIG = "adapter_config.json"
-# Optional: a linear verdict head (``reflectrm train probe``) written into the output layer.
-PROBE_WEIGHTS = "probe.safetensors"
-# Optional: an added decoder layer (``reflectrm train verdict``): its attention's and norms'
-# weights (its MLP is zero); the file's metadata names its index, the base's layer count.
-VERDICT_WEIGHTS = "verdict-layer.safetensors"
-BUILT_MARKER = "reflectrm-judge-built.json"
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+from reflectrm.checkpoints.files import (
+    ADAPTER_CONFIG,
+    ADAPTER_WEIGHTS,
+    ARTIFACT_DIR,
+    ARTIFACT_MANIFEST,
+    BUILT_MARKER,
+    MANIFEST,
+    PREPARED_MARKER,
+    PROBE_WEIGHTS,
+    VERDICT_WEIGHTS,
+    file_sha256,
+)
 
 
 class ArtifactError(ValueError):
@@ -168,7 +160,7 @@ def merge_adapter(base: Path, adapter: Path, out: Path) -> None:
     if probe.is_file():
         apply_probe(weights, load_file(str(probe)))
     save_file(weights, str(out / shards[0].name), metadata={"format": "pt"})
-    skip = (MANIFEST, "reflectrm-prepared.json")
+    skip = (MANIFEST, PREPARED_MARKER)
     for item in base.iterdir():
         if item.is_file() and item.suffix != ".safetensors" and item.name not in skip:
             shutil.copy2(item, out / item.name)

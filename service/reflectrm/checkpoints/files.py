@@ -1,0 +1,39 @@
+"""The files of a served checkpoint and of the shipped judge artifact: each name declared once,
+and the hash every manifest records."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+# The shipped default judge: what ``reflectrm train ship-judge`` wrote into the package.
+ARTIFACT_DIR = Path(__file__).parents[1] / "artifacts" / "judge"
+
+# --- in an artifact folder -------------------------------------------------------------------
+# The sha256 of every file below, of the base model and of the data; the run's command, figures.
+ARTIFACT_MANIFEST = "manifest.json"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+ADAPTER_CONFIG = "adapter_config.json"
+# Optional: a linear verdict head (``reflectrm train probe``) written into the output layer.
+PROBE_WEIGHTS = "probe.safetensors"
+# Optional: an added decoder layer (``reflectrm train verdict``): its attention's and norms'
+# weights (its MLP is zero); the file's metadata names its index, the base's layer count.
+VERDICT_WEIGHTS = "verdict-layer.safetensors"
+# The held-out pairs of the training pool, never trained on (ids with hashes).
+SPLIT_FILE = "holdout-split.json"
+
+# --- in a served checkpoint folder -----------------------------------------------------------
+# The template the checkpoint was trained for and where it came from (validate reads it).
+MANIFEST = "reflectrm-manifest.json"
+# The base model's conversion record (its source's size, its weights' hashes).
+PREPARED_MARKER = "reflectrm-prepared.json"
+# The built judge's record: the artifact files and base it was built from.
+BUILT_MARKER = "reflectrm-judge-built.json"
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
