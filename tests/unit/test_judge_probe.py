@@ -13,7 +13,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from reflectrm.checkpoints.artifact import ArtifactError, apply_probe, merge_adapter
 from reflectrm.checkpoints.files import PROBE_WEIGHTS
-from reflectrm.training.probe import (
+from reflectrm.training.judge.probe import (
     copy_projector,
     evaluate_head,
     fit_head,

@@ -15,7 +15,7 @@ from reflectrm.checkpoints.base import default_cache_dir, default_model_dir
 from reflectrm.datasets import Pair
 from reflectrm.engines.chat import ChatRenderer
 from reflectrm.judging.types import Message
-from reflectrm.training.judge import (
+from reflectrm.training.judge.sft import (
     ADAPTER_DIR,
     LOG_FILE,
     JudgeTrainConfig,
@@ -24,7 +24,7 @@ from reflectrm.training.judge import (
     tokenize_targets,
     train_judge,
 )
-from reflectrm.training.split import (
+from reflectrm.training.judge.split import (
     SourcePairs,
     SplitError,
     held_out_keys,

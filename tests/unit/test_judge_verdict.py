@@ -20,7 +20,7 @@ from reflectrm.checkpoints.files import VERDICT_WEIGHTS
 from reflectrm.datasets import Pair
 from reflectrm.engines.chat import ChatRenderer
 from reflectrm.judging.types import Message
-from reflectrm.training.verdict import (
+from reflectrm.training.judge.verdict_layer import (
     VerdictConfig,
     VerdictLayer,
     build_verdict,
@@ -152,7 +152,7 @@ def test_a_plan_with_more_items_computes_only_the_new_ones(
 ) -> None:
     """States are kept per item (named by its tokens): a longer ``max_prompt_tokens`` adds to a
     finished pass; states of other settings are refused."""
-    from reflectrm.training import verdict
+    from reflectrm.training.judge import verdict_layer
 
     short = _config(max_prompt_tokens=213)
     longer = _config(max_prompt_tokens=4000)
@@ -160,14 +160,14 @@ def test_a_plan_with_more_items_computes_only_the_new_ones(
     assert 0 < len(small) < len(large)
     extract_states(tiny, small, tmp_path / "v", short, progress_bar=False)
     forwards = []
-    real = verdict._load_model
+    real = verdict_layer._load_model
 
     def counting(folder: Path) -> object:
         model = real(folder)
         model.register_forward_pre_hook(lambda *_a: forwards.append(1))
         return model
 
-    monkeypatch.setattr(verdict, "_load_model", counting)
+    monkeypatch.setattr(verdict_layer, "_load_model", counting)
     extract_states(tiny, large, tmp_path / "v", longer, resume=True, progress_bar=False)
     assert len(forwards) == len(large) - len(small)
     extract_states(tiny, large, tmp_path / "whole", longer, progress_bar=False)

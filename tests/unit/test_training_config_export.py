@@ -12,9 +12,9 @@ import pytest
 from reflectrm.checkpoints.files import MANIFEST
 from reflectrm.checkpoints.validate import CheckpointError, validate_checkpoint
 from reflectrm.training.cli import add_parser
-from reflectrm.training.config import load_settings, parse_overrides
-from reflectrm.training.export import build_manifest, export_checkpoint, read_manifest
-from reflectrm.training.warmup import WarmupSettings, warmup_examples
+from reflectrm.training.grpo.config import load_settings, parse_overrides
+from reflectrm.training.grpo.export import build_manifest, export_checkpoint, read_manifest
+from reflectrm.training.grpo.warmup import WarmupSettings, warmup_examples
 from tests.unit.test_training_data import judged
 
 

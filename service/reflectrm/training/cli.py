@@ -22,9 +22,9 @@ from reflectrm.checkpoints.validate import CheckpointError
 from reflectrm.engines import open_engine
 from reflectrm.interrupts import run_command
 from reflectrm.settings import get_settings
-from reflectrm.training.config import load_settings, parse_overrides, typed
-from reflectrm.training.data import BuildConfig, build, rebuild
-from reflectrm.training.sources import load_pairs
+from reflectrm.training.grpo.config import load_settings, parse_overrides, typed
+from reflectrm.training.grpo.data import BuildConfig, build, rebuild
+from reflectrm.training.grpo.sources import load_pairs
 
 log = logging.getLogger("reflectrm.training")
 
@@ -328,7 +328,7 @@ async def _build_with_engine(settings: Any, pairs: Any, config: BuildConfig, out
 
 @_friendly
 def run_grpo(args: argparse.Namespace) -> int:
-    from reflectrm.training.grpo import train
+    from reflectrm.training.grpo.train import train
 
     overrides = parse_overrides(args.overrides)
     if args.output_dir:
@@ -341,7 +341,7 @@ def run_grpo(args: argparse.Namespace) -> int:
 
 @_friendly
 def run_warmup(args: argparse.Namespace) -> int:
-    from reflectrm.training.warmup import WarmupSettings, warmup
+    from reflectrm.training.grpo.warmup import WarmupSettings, warmup
 
     overrides = parse_overrides(args.overrides, WarmupSettings)
     if args.output_dir:
@@ -352,8 +352,8 @@ def run_warmup(args: argparse.Namespace) -> int:
 
 @_friendly
 def run_check(args: argparse.Namespace) -> int:
-    from reflectrm.training.check import CheckConfig
-    from reflectrm.training.export import add_evaluation
+    from reflectrm.training.grpo.check import CheckConfig
+    from reflectrm.training.grpo.export import add_evaluation
 
     settings = get_settings(model=args.model or None)
     pairs = load_pairs(args.pairs, limit=args.limit)
@@ -374,7 +374,7 @@ def run_check(args: argparse.Namespace) -> int:
 
 
 async def _check_with_engine(settings: Any, pairs: Any, config: Any) -> dict[str, object]:
-    from reflectrm.training.check import check
+    from reflectrm.training.grpo.check import check
 
     async with open_engine(settings.engine_config()) as engine:
         result = await check(engine, pairs, config)
@@ -384,8 +384,8 @@ async def _check_with_engine(settings: Any, pairs: Any, config: Any) -> dict[str
 @_friendly
 def run_judge(args: argparse.Namespace) -> int:
     from reflectrm.checkpoints.base import base_model_dir
-    from reflectrm.training.judge import JudgeTrainConfig, train_judge
-    from reflectrm.training.split import (
+    from reflectrm.training.judge.sft import JudgeTrainConfig, train_judge
+    from reflectrm.training.judge.split import (
         make_split,
         read_sources,
         read_split,
@@ -421,8 +421,8 @@ def run_judge(args: argparse.Namespace) -> int:
 @_friendly
 def run_probe(args: argparse.Namespace) -> int:
     from reflectrm.checkpoints.base import base_model_dir
-    from reflectrm.training import probe
-    from reflectrm.training.split import read_sources, read_split, training_pairs
+    from reflectrm.training.judge import probe
+    from reflectrm.training.judge.split import read_sources, read_split, training_pairs
 
     values = typed(probe.ProbeConfig, parse_overrides(args.overrides, probe.ProbeConfig))
     config = probe.ProbeConfig(**values)
@@ -452,14 +452,15 @@ def run_probe(args: argparse.Namespace) -> int:
 @_friendly
 def run_verdict(args: argparse.Namespace) -> int:
     from reflectrm.checkpoints.base import base_model_dir
-    from reflectrm.training import verdict
-    from reflectrm.training.split import read_sources, read_split, training_pairs
+    from reflectrm.training.judge import verdict_layer
+    from reflectrm.training.judge.split import read_sources, read_split, training_pairs
 
-    config = verdict.VerdictConfig.from_dict(
-        typed(verdict.VerdictConfig, parse_overrides(args.overrides, verdict.VerdictConfig))
-    )
+    settings = verdict_layer.VerdictConfig
+    config = settings.from_dict(typed(settings, parse_overrides(args.overrides, settings)))
     pairs = training_pairs(read_split(args.split), read_sources(args.data))
-    report = verdict.run_verdict(base_model_dir(), args.run, pairs, args.out, config, args.resume)
+    report = verdict_layer.run_verdict(
+        base_model_dir(), args.run, pairs, args.out, config, args.resume
+    )
     if report.get("finished"):
         print(json.dumps({"scale": report["scale"], "development": report["development"]}))
     return 0
@@ -467,7 +468,7 @@ def run_verdict(args: argparse.Namespace) -> int:
 
 @_friendly
 def run_ship(args: argparse.Namespace) -> int:
-    from reflectrm.training.ship import ship_judge
+    from reflectrm.training.judge.ship import ship_judge
 
     heldout = json.loads(args.heldout.read_text()) if args.heldout else None
     manifest = ship_judge(
@@ -487,8 +488,8 @@ def run_ship(args: argparse.Namespace) -> int:
 
 @_friendly
 def run_heldout(args: argparse.Namespace) -> int:
-    from reflectrm.training.heldout import export_heldout
-    from reflectrm.training.split import read_sources, read_split
+    from reflectrm.training.judge.heldout import export_heldout
+    from reflectrm.training.judge.split import read_sources, read_split
 
     n = export_heldout(read_split(args.split), read_sources(args.data), args.out)
     print(f"{n} held-out pairs written to {args.out}")
@@ -498,7 +499,7 @@ def run_heldout(args: argparse.Namespace) -> int:
 @_friendly
 def run_vs_length(args: argparse.Namespace) -> int:
     from reflectrm.datasets import read_pairs
-    from reflectrm.training.heldout import compare_with_length, markdown
+    from reflectrm.training.judge.heldout import compare_with_length, markdown
 
     result = compare_with_length(list(read_pairs(args.pairs)), args.results, args.mode)
     text = markdown(result, args.title)

@@ -56,12 +56,18 @@ from reflectrm.checkpoints.artifact import merge_adapter, pack_sparse
 from reflectrm.checkpoints.files import VERDICT_WEIGHTS
 from reflectrm.datasets import Pair
 from reflectrm.hardware import cpu_name
-from reflectrm.training.judge import (
+from reflectrm.training.judge.probe import (
+    digit_ids,
+    longer_slot,
+    planned_pairs,
+    source_of,
+    summarize,
+)
+from reflectrm.training.judge.sft import (
     resolve_precision,
     tokenize_targets,
 )
-from reflectrm.training.probe import digit_ids, longer_slot, planned_pairs, source_of, summarize
-from reflectrm.training.split import prompt_key
+from reflectrm.training.judge.split import prompt_key
 
 STATES_DIR = "states"
 REPORT_FILE = "verdict-report.json"
@@ -751,7 +757,7 @@ def run_verdict(
     from transformers import AutoTokenizer
 
     from reflectrm.engines.chat import ChatRenderer
-    from reflectrm.training.judge import ADAPTER_DIR
+    from reflectrm.training.judge.sft import ADAPTER_DIR
 
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()

@@ -31,8 +31,8 @@ from reflectrm.checkpoints.files import (
     VERDICT_WEIGHTS,
     file_sha256,
 )
-from reflectrm.training.judge import ADAPTER_DIR, CONFIG_FILE
-from reflectrm.training.split import held_out_keys, read_sources, read_split
+from reflectrm.training.judge.sft import ADAPTER_DIR, CONFIG_FILE
+from reflectrm.training.judge.split import held_out_keys, read_sources, read_split
 
 
 def ship_judge(

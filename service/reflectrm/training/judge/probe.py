@@ -44,7 +44,7 @@ from typing import Any
 
 from reflectrm.checkpoints.files import PROBE_WEIGHTS
 from reflectrm.datasets import Pair
-from reflectrm.training.judge import (
+from reflectrm.training.judge.sft import (
     ADAPTER_DIR,
     TEMPLATE_VERSION,
     pair_items,
