@@ -13,14 +13,8 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from reflectrm.checkpoints.artifact import ArtifactError, apply_probe, merge_adapter
 from reflectrm.checkpoints.files import PROBE_WEIGHTS
-from reflectrm.training.judge.probe import (
-    copy_projector,
-    evaluate_head,
-    fit_head,
-    partner_index,
-    summarize,
-    wilson,
-)
+from reflectrm.training.judge.figures import summarize, wilson
+from reflectrm.training.judge.probe import copy_projector, evaluate_head, fit_head, partner_index
 
 ONE, TWO = 5, 9
 

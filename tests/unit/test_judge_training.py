@@ -15,15 +15,9 @@ from reflectrm.checkpoints.base import default_cache_dir, default_model_dir
 from reflectrm.datasets import Pair
 from reflectrm.engines.chat import ChatRenderer
 from reflectrm.judging.types import Message
-from reflectrm.training.judge.sft import (
-    ADAPTER_DIR,
-    LOG_FILE,
-    JudgeTrainConfig,
-    plan_steps,
-    target_text,
-    tokenize_targets,
-    train_judge,
-)
+from reflectrm.training.judge.items import target_text, tokenize_targets
+from reflectrm.training.judge.model import ADAPTER_DIR
+from reflectrm.training.judge.sft import LOG_FILE, JudgeTrainConfig, plan_steps, train_judge
 from reflectrm.training.judge.split import (
     SourcePairs,
     SplitError,
@@ -32,6 +26,7 @@ from reflectrm.training.judge.split import (
     prompt_key,
     training_pairs,
 )
+from reflectrm.training.overrides import make_settings
 
 QUESTIONS = [
     ("What is the capital of France?", "Paris.", "Berlin."),
@@ -99,7 +94,7 @@ def _config(**kw: object) -> JudgeTrainConfig:
         "checkpoint_every_s": 1e9,
     }
     base.update(kw)
-    return JudgeTrainConfig.from_dict(base)
+    return make_settings(JudgeTrainConfig, base)
 
 
 def test_targets_are_the_service_format_and_the_decision_is_the_analysis_digit(

@@ -31,6 +31,7 @@ from reflectrm.training.judge.verdict_layer import (
     marker_positions,
     verdict_plan,
 )
+from reflectrm.training.overrides import make_settings
 from tests.unit.test_judge_training import QUESTIONS
 
 
@@ -77,7 +78,7 @@ def _config(**kw: object) -> VerdictConfig:
         "checkpoint_every_s": 1e9,
     }
     base.update(kw)
-    return VerdictConfig.from_dict(base)
+    return make_settings(VerdictConfig, base)
 
 
 def _plan(tiny: Path, config: VerdictConfig, copies: int = 1) -> list[dict[str, object]]:
@@ -160,14 +161,14 @@ def test_a_plan_with_more_items_computes_only_the_new_ones(
     assert 0 < len(small) < len(large)
     extract_states(tiny, small, tmp_path / "v", short, progress_bar=False)
     forwards = []
-    real = verdict_layer._load_model
+    real = verdict_layer.load_model
 
     def counting(folder: Path) -> object:
         model = real(folder)
         model.register_forward_pre_hook(lambda *_a: forwards.append(1))
         return model
 
-    monkeypatch.setattr(verdict_layer, "_load_model", counting)
+    monkeypatch.setattr(verdict_layer, "load_model", counting)
     extract_states(tiny, large, tmp_path / "v", longer, resume=True, progress_bar=False)
     assert len(forwards) == len(large) - len(small)
     extract_states(tiny, large, tmp_path / "whole", longer, progress_bar=False)

@@ -22,9 +22,10 @@ from reflectrm.checkpoints.validate import CheckpointError
 from reflectrm.engines import open_engine
 from reflectrm.interrupts import run_command
 from reflectrm.settings import get_settings
-from reflectrm.training.grpo.config import load_settings, parse_overrides, typed
+from reflectrm.training.grpo.config import GRPOSettings, load_settings
 from reflectrm.training.grpo.data import BuildConfig, build, rebuild
 from reflectrm.training.grpo.sources import load_pairs
+from reflectrm.training.overrides import make_settings, parse_overrides
 
 log = logging.getLogger("reflectrm.training")
 
@@ -330,7 +331,7 @@ async def _build_with_engine(settings: Any, pairs: Any, config: BuildConfig, out
 def run_grpo(args: argparse.Namespace) -> int:
     from reflectrm.training.grpo.train import train
 
-    overrides = parse_overrides(args.overrides)
+    overrides = parse_overrides(args.overrides, GRPOSettings)
     if args.output_dir:
         overrides["output_dir"] = args.output_dir
     cfg = load_settings(args.config, overrides)
@@ -346,7 +347,7 @@ def run_warmup(args: argparse.Namespace) -> int:
     overrides = parse_overrides(args.overrides, WarmupSettings)
     if args.output_dir:
         overrides["output_dir"] = args.output_dir
-    print(warmup(WarmupSettings(**typed(WarmupSettings, overrides)), args.judgments))
+    print(warmup(make_settings(WarmupSettings, overrides), args.judgments))
     return 0
 
 
@@ -393,9 +394,7 @@ def run_judge(args: argparse.Namespace) -> int:
         write_split,
     )
 
-    config = JudgeTrainConfig.from_dict(
-        typed(JudgeTrainConfig, parse_overrides(args.overrides, JudgeTrainConfig))
-    )
+    config = make_settings(JudgeTrainConfig, parse_overrides(args.overrides, JudgeTrainConfig))
     sources = read_sources(args.data)
     if args.split.is_file():
         split = read_split(args.split)
@@ -424,8 +423,7 @@ def run_probe(args: argparse.Namespace) -> int:
     from reflectrm.training.judge import probe
     from reflectrm.training.judge.split import read_sources, read_split, training_pairs
 
-    values = typed(probe.ProbeConfig, parse_overrides(args.overrides, probe.ProbeConfig))
-    config = probe.ProbeConfig(**values)
+    config = make_settings(probe.ProbeConfig, parse_overrides(args.overrides, probe.ProbeConfig))
     split, sources = read_split(args.split), read_sources(args.data)
     pairs = training_pairs(split, sources)
     report = probe.run_probe(
@@ -456,7 +454,7 @@ def run_verdict(args: argparse.Namespace) -> int:
     from reflectrm.training.judge.split import read_sources, read_split, training_pairs
 
     settings = verdict_layer.VerdictConfig
-    config = settings.from_dict(typed(settings, parse_overrides(args.overrides, settings)))
+    config = make_settings(settings, parse_overrides(args.overrides, settings))
     pairs = training_pairs(read_split(args.split), read_sources(args.data))
     report = verdict_layer.run_verdict(
         base_model_dir(), args.run, pairs, args.out, config, args.resume

@@ -31,7 +31,9 @@ from reflectrm.checkpoints.files import (
     VERDICT_WEIGHTS,
     file_sha256,
 )
-from reflectrm.training.judge.sft import ADAPTER_DIR, CONFIG_FILE
+from reflectrm.training.judge.figures import PROBE_REPORT, VERDICT_REPORT
+from reflectrm.training.judge.model import ADAPTER_DIR
+from reflectrm.training.judge.sft import CONFIG_FILE, SUMMARY_FILE
 from reflectrm.training.judge.split import held_out_keys, read_sources, read_split
 
 
@@ -49,9 +51,9 @@ def ship_judge(
     """``probe``: a folder of ``reflectrm train probe`` whose verdict head ships with the
     adapter (its file hashed like the others, its report in the manifest); ``verdict``: a
     folder of ``reflectrm train verdict`` whose top layers ship the same way."""
-    summary_path = run / "run-summary.json"
+    summary_path = run / SUMMARY_FILE
     if not summary_path.is_file():
-        raise ValueError(f"{run} has no run-summary.json: the run has not finished")
+        raise ValueError(f"{run} has no {SUMMARY_FILE}: the run has not finished")
     summary = json.loads(summary_path.read_text())
     split = read_split(split_file)
     held_out_keys(split, read_sources(data))  # the data is the data the split names
@@ -104,10 +106,10 @@ def ship_judge(
         "cpu": summary["cpu"],
     }
     if probe is not None:
-        report = json.loads((probe / "probe-report.json").read_text())
+        report = json.loads((probe / PROBE_REPORT).read_text())
         manifest["probe"] = {k: v for k, v in report.items() if k != "by_setting"}
     if verdict is not None:
-        report = json.loads((verdict / "verdict-report.json").read_text())
+        report = json.loads((verdict / VERDICT_REPORT).read_text())
         manifest["verdict"] = report
     if heldout is not None:
         manifest["heldout"] = heldout
