@@ -386,7 +386,8 @@ class Settings(BaseSettings):
     dtype: str = Field(
         _ENGINE.dtype,
         description="Model dtype. 'auto' on the CPU: bfloat16 where it has bf16 matrix units "
-        "(AMX-BF16 or AVX512-BF16 in /proc/cpuinfo), else float32.",
+        "(AMX-BF16 or AVX512-BF16 in /proc/cpuinfo), else float32. The default judge and the "
+        "base model are built in it (a folder per dtype), so vLLM loads them as stored.",
     )
     max_model_len: int | None = Field(
         _ENGINE.max_model_len, description="Context length; defaults to the model's own."

@@ -46,7 +46,7 @@ def default_model_name() -> str:
     from reflectrm.checkpoints.base import default_cache_dir
     from reflectrm.checkpoints.resolve import DEFAULT_MODEL, resolve_model
 
-    return Path(resolve_model(DEFAULT_MODEL, default_cache_dir(), None)).name
+    return Path(resolve_model(DEFAULT_MODEL, default_cache_dir(), None, E2E_DTYPE)).name
 
 
 def e2e_settings(**overrides: Any) -> Settings:

