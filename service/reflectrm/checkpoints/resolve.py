@@ -45,6 +45,12 @@ def prepare_default_judge(
     return path
 
 
+def builds_checkpoint(model: str) -> bool:
+    """Whether ``resolve_model`` builds what it serves for ``model`` (and so needs its dtype):
+    the default judge, the base model, or a shipped artifact folder."""
+    return model in (DEFAULT_MODEL, BASE_MODEL) or is_judge_artifact(Path(model).expanduser())
+
+
 def resolve_model(
     model: str, cache_dir: Path, template_version: str | None, dtype: str = "float32"
 ) -> str:

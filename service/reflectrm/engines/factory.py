@@ -7,7 +7,7 @@ import contextlib
 import dataclasses
 from collections.abc import AsyncIterator
 
-from reflectrm.checkpoints.resolve import resolve_model
+from reflectrm.checkpoints.resolve import builds_checkpoint, resolve_model
 from reflectrm.engines.base import Engine
 from reflectrm.engines.config import EngineConfig
 
@@ -21,7 +21,8 @@ def resolve(config: EngineConfig) -> EngineConfig:
         return config
     from reflectrm.engines.vllm_engine import served_dtype  # its vLLM import waits for a call
 
-    dtype = served_dtype(config)
+    # Only a checkpoint built here needs the served dtype (finding it may import vLLM).
+    dtype = served_dtype(config) if builds_checkpoint(config.model) else "float32"
     path = resolve_model(config.model, config.cache_dir, config.template_version, dtype)
     return dataclasses.replace(config, model=path, resolved=True)
 
