@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -32,6 +31,7 @@ from reflectrm.checkpoints.files import (
     PREPARED_MARKER,
     PROBE_WEIGHTS,
     VERDICT_WEIGHTS,
+    building,
     file_sha256,
 )
 
@@ -112,15 +112,10 @@ def prepare_judge(
     base = prepare_base()
     say(f"building the default judge {manifest['name']} from {base.name} + its adapter ...")
     started = time.monotonic()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        work = Path(tmp) / "model"
+    with building(target) as work:
         merge_adapter(base, artifact, work, dtype)
         (work / MANIFEST).write_text(json.dumps(_served_manifest(manifest), indent=1))
         (work / BUILT_MARKER).write_text(json.dumps(_record(manifest, dtype)))
-        if target.exists():
-            shutil.rmtree(target)
-        work.rename(target)
     say(f"default judge ready at {target} ({time.monotonic() - started:.0f} s)")
     return target
 

@@ -16,14 +16,13 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
 from reflectrm.checkpoints.dtypes import SHORT, canonical, copy_in
-from reflectrm.checkpoints.files import PREPARED_MARKER, file_sha256
+from reflectrm.checkpoints.files import PREPARED_MARKER, building, file_sha256
 from reflectrm.checkpoints.validate import validate_checkpoint
 
 log = logging.getLogger(__name__)
@@ -93,9 +92,7 @@ def prepare_default_model(
     source = None if dtype == "float32" else prepare_default_model(cache_dir, say)
     say(f"converting {gguf.name} to a {dtype} safetensors checkpoint in {target} ...")
     started = time.monotonic()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        work = Path(tmp) / "model"
+    with building(target) as work:
         if source is None:
             _convert(gguf, work)  # about 30 s
         else:
@@ -110,9 +107,6 @@ def prepare_default_model(
         }
         (work / PREPARED_MARKER).write_text(json.dumps(record, indent=2))
         validate_checkpoint(work)
-        if target.exists():
-            shutil.rmtree(target)
-        work.rename(target)
     say(f"default model ready at {target} ({time.monotonic() - started:.0f} s)")
     return target
 

@@ -1,9 +1,13 @@
 """The files of a served checkpoint and of the shipped judge artifact: each name declared once,
-and the hash every manifest records."""
+the hash every manifest records, and how a checkpoint folder is written (whole or not at all)."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 # The shipped default judge: what ``reflectrm train ship-judge`` wrote into the package.
@@ -29,6 +33,19 @@ MANIFEST = "reflectrm-manifest.json"
 PREPARED_MARKER = "reflectrm-prepared.json"
 # The built judge's record: the artifact files and base it was built from.
 BUILT_MARKER = "reflectrm-judge-built.json"
+
+
+@contextlib.contextmanager
+def building(target: Path) -> Iterator[Path]:
+    """A folder to build a checkpoint in, beside ``target``, moved to ``target`` (replacing what
+    is there) when the block ends without an error: a stopped build leaves no half folder."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        work = Path(tmp) / "model"
+        yield work
+        if target.exists():
+            shutil.rmtree(target)
+        work.rename(target)
 
 
 def file_sha256(path: Path) -> str:

@@ -1,9 +1,11 @@
-"""The model a judge step after ``sft`` computes with: the run's adapter merged onto the base as
-the service merges it (``checkpoints.artifact.merge_adapter``), loaded in float32 for inference,
-and the precision a step's forward passes run in."""
+"""How the judge recipe's steps compute: the model the steps after ``sft`` read (the run's
+adapter merged onto the base as the service merges it, ``checkpoints.artifact.merge_adapter``,
+loaded in float32 for inference), the precision and threads of their passes, and their saves
+(whole or not at all, so that a stopped step resumes from its last one)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,25 @@ def resolve_precision(precision: str) -> str:
     if precision not in ("bf16", "f32"):
         raise ValueError(f"precision must be auto, bf16 or f32, not {precision!r}")
     return precision
+
+
+def use_threads(threads: int) -> int:
+    """torch's threads for this step: ``threads``, 0 for every core; how many."""
+    import torch
+
+    count = threads or os.cpu_count() or 1
+    torch.set_num_threads(count)
+    return count
+
+
+def save_atomically(state: Any, path: Path) -> None:
+    """``torch.save`` to ``path`` through a temporary file: a stop while writing keeps the
+    previous file."""
+    import torch
+
+    tmp = path.with_suffix(".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
 
 
 def load_model(model_dir: Path) -> Any:

@@ -31,7 +31,6 @@ does not overturn it; the parse rate measured with enforcement off is what shows
 from __future__ import annotations
 
 import json
-import os
 import random
 import sys
 import tempfile
@@ -51,7 +50,13 @@ from reflectrm.training.judge.items import (
     source_of,
     tokenize_targets,
 )
-from reflectrm.training.judge.model import load_model, merge_run, resolve_precision
+from reflectrm.training.judge.model import (
+    load_model,
+    merge_run,
+    resolve_precision,
+    save_atomically,
+    use_threads,
+)
 
 FEATURES_FILE = "features.pt"
 COPY_FEATURES_FILE = "copy-features.pt"
@@ -125,7 +130,7 @@ def extract_features(
     from reflectrm.engines.chat import ChatRenderer
 
     precision = resolve_precision(config.precision)
-    torch.set_num_threads(config.threads or os.cpu_count() or 1)
+    use_threads(config.threads)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = load_model(model_dir)
     plan = probe_plan(pairs, ChatRenderer(tokenizer), tokenizer, config)
@@ -167,11 +172,11 @@ def extract_features(
             if bar is not None:
                 bar.update(1)
             if time.monotonic() - last_save >= config.checkpoint_every_s:
-                _save(path, state)
+                save_atomically(state, path)
                 last_save = time.monotonic()
     finally:
         hook.remove()
-        _save(path, state)
+        save_atomically(state, path)
         if bar is not None:
             bar.close()
     return {"items": len(state["items"]), "planned": len(plan), "seconds": state["seconds"]}
@@ -192,7 +197,7 @@ def extract_copy_features(
     if path.is_file():
         return dict(torch.load(path, weights_only=False))
     precision = resolve_precision(config.precision)
-    torch.set_num_threads(config.threads or os.cpu_count() or 1)
+    use_threads(config.threads)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = load_model(model_dir)
     tokens = tokenize_targets(tokenizer)
@@ -222,7 +227,7 @@ def extract_copy_features(
     finally:
         hook.remove()
     state = {"hidden": hidden, "margin": margin, "items": len(plan)}
-    _save(path, state)
+    save_atomically(state, path)
     return state
 
 
@@ -235,14 +240,6 @@ def copy_projector(copy_hidden: Any, directions: int) -> Any:
     _, _, vt = torch.linalg.svd(x, full_matrices=False)
     basis = vt[:directions].T
     return torch.eye(x.shape[1], dtype=torch.float64) - basis @ basis.T
-
-
-def _save(path: Path, state: dict[str, Any]) -> None:
-    import torch
-
-    tmp = path.with_suffix(".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
 
 
 # --- the fit ---------------------------------------------------------------------------------

@@ -29,7 +29,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import random
 import sys
 import time
@@ -42,7 +41,12 @@ from reflectrm.datasets import Pair
 from reflectrm.hardware import cpu_name
 from reflectrm.judging.prompts import TEMPLATE_VERSION
 from reflectrm.training.judge.items import Item, pair_items, tokenize_targets
-from reflectrm.training.judge.model import ADAPTER_DIR, resolve_precision
+from reflectrm.training.judge.model import (
+    ADAPTER_DIR,
+    resolve_precision,
+    save_atomically,
+    use_threads,
+)
 
 STATE_FILE = "state.pt"
 LOG_FILE = "train-log.jsonl"
@@ -214,8 +218,7 @@ def train_judge(
     from reflectrm.engines.chat import ChatRenderer
 
     precision = resolve_precision(config.precision)
-    threads = config.threads or os.cpu_count() or 1
-    torch.set_num_threads(threads)
+    threads = use_threads(config.threads)
     output_dir.mkdir(parents=True, exist_ok=True)
     state_path = output_dir / STATE_FILE
     config_path = output_dir / CONFIG_FILE
@@ -383,18 +386,12 @@ def _load_trainable(model: Any, state: dict[str, Any]) -> None:
 
 def _save_state(path: Path, model: Any, optimizer: Any, progress: Progress) -> None:
     """Atomically: a run stopped while writing keeps its previous checkpoint."""
-    import torch
-
-    tmp = path.with_suffix(".tmp")
-    torch.save(
-        {
-            "adapter": _trainable_state(model),
-            "optimizer": optimizer.state_dict(),
-            "progress": asdict(progress),
-        },
-        tmp,
-    )
-    os.replace(tmp, path)
+    state = {
+        "adapter": _trainable_state(model),
+        "optimizer": optimizer.state_dict(),
+        "progress": asdict(progress),
+    }
+    save_atomically(state, path)
 
 
 def _trim_log(path: Path, step: int) -> None:

@@ -44,7 +44,6 @@ import contextlib
 import hashlib
 import json
 import math
-import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -64,7 +63,13 @@ from reflectrm.training.judge.items import (
     source_of,
     tokenize_targets,
 )
-from reflectrm.training.judge.model import load_model, merge_run, resolve_precision
+from reflectrm.training.judge.model import (
+    load_model,
+    merge_run,
+    resolve_precision,
+    save_atomically,
+    use_threads,
+)
 from reflectrm.training.judge.split import prompt_key
 
 STATES_DIR = "states"
@@ -172,7 +177,7 @@ def extract_states(
     import torch
 
     precision = resolve_precision(config.precision)
-    torch.set_num_threads(config.threads or os.cpu_count() or 1)
+    use_threads(config.threads)
     folder = out / STATES_DIR
     folder.mkdir(parents=True, exist_ok=True)
     saved, seconds_before = _saved(folder)
@@ -247,17 +252,12 @@ def _check_settings(folder: Path, config: VerdictConfig) -> None:
 
 def _write_shard(folder: Path, states: list[tuple[str, Any]], seconds: float) -> None:
     """One shard: its items' keys, their states and the pass's seconds spent on them."""
-    import torch
 
     numbers = [int(p.stem.split("-")[0]) for p in _shard_paths(folder)]
     number = max(numbers, default=-1) + 1
     path = folder / f"{number:05d}-{len(states):05d}.pt"
-    tmp = path.with_suffix(".tmp")
-    torch.save(
-        {"keys": [k for k, _ in states], "states": [v for _, v in states], "seconds": seconds},
-        tmp,
-    )
-    os.replace(tmp, path)
+    shard = {"keys": [k for k, _ in states], "states": [v for _, v in states], "seconds": seconds}
+    save_atomically(shard, path)
 
 
 def _shard_paths(folder: Path) -> list[Path]:
@@ -697,11 +697,10 @@ def fit_verdict(
 ) -> dict[str, Any]:
     """The frozen top layers on the saved states, then the added layer built and its scale
     chosen (``build_verdict``); its weights written to ``out/verdict-layer.safetensors``."""
-    import torch
     from safetensors.torch import save_file
     from tqdm import tqdm
 
-    torch.set_num_threads(config.threads or os.cpu_count() or 1)
+    use_threads(config.threads)
     layer = VerdictLayer(load_model(model_dir), config)
     bar = tqdm(states, unit="item", file=sys.stderr, disable=not progress_bar, desc="top layers")
     finals = [layer.final(s) for s in bar]
