@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaForCausalLM
 
 from reflectrm.checkpoints.artifact import (
     ArtifactError,
@@ -31,22 +31,12 @@ from reflectrm.checkpoints.files import (
 from reflectrm.checkpoints.resolve import DEFAULT_MODEL, resolve_model
 from reflectrm.checkpoints.validate import CheckpointError, validate_checkpoint
 from reflectrm.settings import Settings
+from tests.unit.tiny_models import save_tiny_llama
 
 
 @pytest.fixture
 def base(tmp_path: Path) -> Path:
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=64,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        tie_word_embeddings=True,
-    )
-    folder = tmp_path / "base"
-    LlamaForCausalLM(config).save_pretrained(folder)
+    folder = save_tiny_llama(tmp_path / "base", 64, hidden_size=16)
     (folder / "tokenizer_config.json").write_text("{}")
     return folder
 

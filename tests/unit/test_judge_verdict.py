@@ -12,10 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import save_file
-from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+from transformers import AutoTokenizer, LlamaForCausalLM
 
 from reflectrm.checkpoints.artifact import ArtifactError, merge_adapter, pack_sparse, unpack_sparse
-from reflectrm.checkpoints.base import default_cache_dir, default_model_dir
 from reflectrm.checkpoints.files import VERDICT_WEIGHTS
 from reflectrm.datasets import Pair
 from reflectrm.engines.chat import ChatRenderer
@@ -32,7 +31,7 @@ from reflectrm.training.judge.verdict_layer import (
     verdict_plan,
 )
 from reflectrm.training.overrides import make_settings
-from tests.unit.test_judge_training import QUESTIONS
+from tests.unit.tiny_models import QUESTIONS, save_tiny_judge
 
 
 def _pairs(copies: int = 1) -> list[Pair]:
@@ -44,28 +43,9 @@ def _pairs(copies: int = 1) -> list[Pair]:
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def tiny(tmp_path_factory: pytest.TempPathFactory, smol_tokenizer: object) -> Path:
     """A 3-layer Llama with the default model's tokenizer (and chat template)."""
-    folder = default_model_dir(default_cache_dir())
-    if not (folder / "tokenizer_config.json").is_file():
-        pytest.fail(f"the default model's tokenizer is missing at {folder}: make setup makes it")
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=3,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=2048,
-        tie_word_embeddings=True,
-        initializer_range=0.3,
-    )
-    out = tmp_path_factory.mktemp("tiny")
-    LlamaForCausalLM(config).save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    return out
+    return save_tiny_judge(tmp_path_factory.mktemp("tiny"), smol_tokenizer, layers=3)
 
 
 def _config(**kw: object) -> VerdictConfig:

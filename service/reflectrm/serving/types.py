@@ -1,5 +1,6 @@
 """What the service is asked (a pair, a batch item, a group, per-sample rewards) and what it
-answers, as plain data. ``None`` in an ask means "the server's default"."""
+answers, as plain data. Every ask carries its judging ``Options`` as one value (``None`` in them
+means "the server's default"); after the server's defaults they are a ``Judging``."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""``reflectrm train build-data | grpo | check``: the training job's command line.
+"""``reflectrm train ...``: the commands of both recipes, the judge recipe's (``judge``,
+``verdict``, ``ship-judge``, ...: training/judge) and the paper's GRPO recipe's (``build-data``,
+``grpo``, ...: training/grpo).
 
 Wire it into the main CLI with ``add_parser(subparsers)``; the parsed namespace carries
 ``func``, which takes the namespace and returns an exit code. ``main(argv)`` runs it standalone
@@ -31,8 +33,12 @@ log = logging.getLogger("reflectrm.training")
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Register ``train`` with its three commands on an argparse subparsers object."""
-    train = subparsers.add_parser("train", help="build training data, train with GRPO, check")
+    """Register ``train`` with its commands on an argparse subparsers object."""
+    train = subparsers.add_parser(
+        "train",
+        help="train a judge: the recipe of the served judge (judge, verdict, ship-judge, ...) "
+        "or the paper's GRPO recipe (build-data, grpo, ...)",
+    )
     commands = train.add_subparsers(dest="train_command", required=True)
     _add_build(commands)
     _add_grpo(commands)
