@@ -118,7 +118,10 @@ def test_too_long_conversation_is_413_with_the_real_tokenizer(client: httpx.Clie
 def test_the_default_judge_starts_without_a_warning_per_weight(tmp_path):
     """Served in bfloat16, the default judge is built in bfloat16: vLLM loads every weight as
     stored (a float32 build logged 126 "Attempted to load weight ..." warnings per start)."""
-    served = launch_service(tmp_path / "serve.log", {**SMALL, "REFLECTRM_DTYPE": "bfloat16"})
+    # vLLM's own level set here: importing trl (another test module does) sets ERROR for every
+    # vLLM started after it, which would hide the warnings counted here.
+    settings = {**SMALL, "REFLECTRM_DTYPE": "bfloat16", "VLLM_LOGGING_LEVEL": "INFO"}
+    served = launch_service(tmp_path / "serve.log", settings)
     try:
         wait_ready(served.url, 900, served)
         r = httpx.post(f"{served.url}/v1/judge", json={**PAIR, "mode": "single"}, timeout=300)
