@@ -16,7 +16,7 @@ from reflectrm.api.auth import ApiKeyAuth, load_keys
 from reflectrm.api.body import BodyLimit
 from reflectrm.api.nemo_gym import router as nemo_gym_router
 from reflectrm.api.routes import router
-from reflectrm.checkpoints import CheckpointError
+from reflectrm.checkpoints.validate import CheckpointError
 from reflectrm.engines import open_engine
 from reflectrm.engines.base import Engine
 from reflectrm.instrumentation import metered_judge

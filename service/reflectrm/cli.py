@@ -43,25 +43,26 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_prepare_model(args: argparse.Namespace) -> int:
-    from reflectrm.checkpoints import (
-        ARTIFACT_DIR,
-        CheckpointError,
-        is_judge_artifact,
-        prepare_default_judge,
-        prepare_default_model,
-        validate_checkpoint,
-    )
+    from reflectrm.checkpoints.artifact import is_judge_artifact
+    from reflectrm.checkpoints.base import prepare_default_model
+    from reflectrm.checkpoints.files import ARTIFACT_DIR
+    from reflectrm.checkpoints.resolve import prepare_default_judge
+    from reflectrm.checkpoints.validate import CheckpointError, validate_checkpoint
+    from reflectrm.engines.vllm_engine import served_dtype
 
     settings = get_settings()
     cache = Path(args.cache_dir) if args.cache_dir else settings.cache_dir
+    dtype = served_dtype(settings.engine_config())
 
     def say(message: str) -> None:
         print(message, file=sys.stderr)
 
     try:
-        path = prepare_default_model(cache, say=say)
+        prepare_default_model(cache, say=say)  # float32: what training and the merge read
         if not args.base_only and is_judge_artifact(ARTIFACT_DIR):
-            path = prepare_default_judge(cache, say=say)
+            path = prepare_default_judge(cache, say=say, dtype=dtype)
+        else:
+            path = prepare_default_model(cache, say=say, dtype=dtype)
         validate_checkpoint(path, settings.template_version)
     except CheckpointError as exc:
         print(f"reflectrm prepare-model: {exc}", file=sys.stderr)
@@ -141,7 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "prepare-model",
         help="convert the embedded SmolLM2-135M-Instruct to safetensors and build the shipped "
-        "judge from it and its adapter (each once, checking every hash); print the judge's path",
+        "judge from it and its adapter in the dtype it is served in (REFLECTRM_DTYPE; each "
+        "once, checking every hash); print the judge's path",
     )
     p.add_argument("--cache-dir", help="default REFLECTRM_CACHE_DIR or ~/.cache/reflectrm")
     p.add_argument(

@@ -109,6 +109,24 @@ def retry_after_of(response: httpx.Response) -> float | None:
     return max(0.0, seconds) if math.isfinite(seconds) else None
 
 
+class _Decisions:
+    """The retry loop's decisions, one per attempt, shared by the sync and async loops."""
+
+    def __init__(self, policy: RetryPolicy, rng: Random | None, on_retry: OnRetry | None) -> None:
+        self.policy, self.rng, self.on_retry = policy, rng, on_retry
+        self.attempt = 0
+
+    def wait_after(self, result: AttemptResult) -> float | None:
+        """Seconds to wait before the next attempt (told to ``on_retry``), or None when
+        ``result`` is the call's."""
+        wait = self.policy.wait_after(self.attempt, result, self.rng)
+        if wait is not None:
+            if self.on_retry is not None:
+                self.on_retry(self.attempt, result, wait)
+            self.attempt += 1
+        return wait
+
+
 def retry_call(
     policy: RetryPolicy,
     send: Callable[[], httpx.Response],
@@ -118,24 +136,17 @@ def retry_call(
     on_retry: OnRetry | None = None,
 ) -> httpx.Response:
     """``send()`` until ``policy`` says its result is final: that answer, or its exception."""
-    attempt = 0
+    decisions = _Decisions(policy, rng, on_retry)
     while True:
-        result: AttemptResult
         try:
-            result = send()
+            response = send()
         except Exception as exc:
-            wait = policy.wait_after(attempt, exc, rng)
-            if wait is None:
+            if (wait := decisions.wait_after(exc)) is None:
                 raise
-            result = exc
         else:
-            wait = policy.wait_after(attempt, result, rng)
-            if wait is None:
-                return result
-        if on_retry is not None:
-            on_retry(attempt, result, wait)
+            if (wait := decisions.wait_after(response)) is None:
+                return response
         sleep(wait)
-        attempt += 1
 
 
 async def retry_call_async(
@@ -148,21 +159,14 @@ async def retry_call_async(
 ) -> httpx.Response:
     """``await send()`` until ``policy`` says its result is final: that answer, or its
     exception."""
-    attempt = 0
+    decisions = _Decisions(policy, rng, on_retry)
     while True:
-        result: AttemptResult
         try:
-            result = await send()
+            response = await send()
         except Exception as exc:
-            wait = policy.wait_after(attempt, exc, rng)
-            if wait is None:
+            if (wait := decisions.wait_after(exc)) is None:
                 raise
-            result = exc
         else:
-            wait = policy.wait_after(attempt, result, rng)
-            if wait is None:
-                return result
-        if on_retry is not None:
-            on_retry(attempt, result, wait)
+            if (wait := decisions.wait_after(response)) is None:
+                return response
         await sleep(wait)
-        attempt += 1

@@ -18,7 +18,8 @@ from typing import Any, Literal, TypeVar
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from reflectrm.checkpoints import DEFAULT_MODEL, default_cache_dir
+from reflectrm.checkpoints.base import default_cache_dir
+from reflectrm.checkpoints.resolve import DEFAULT_MODEL
 from reflectrm.engines.config import EngineConfig, RemoteConfig
 from reflectrm.judging import defaults
 from reflectrm.judging.config import JudgeConfig
@@ -385,7 +386,8 @@ class Settings(BaseSettings):
     dtype: str = Field(
         _ENGINE.dtype,
         description="Model dtype. 'auto' on the CPU: bfloat16 where it has bf16 matrix units "
-        "(AMX-BF16 or AVX512-BF16 in /proc/cpuinfo), else float32.",
+        "(AMX-BF16 or AVX512-BF16 in /proc/cpuinfo), else float32. The default judge and the "
+        "base model are built in it (a folder per dtype), so vLLM loads them as stored.",
     )
     max_model_len: int | None = Field(
         _ENGINE.max_model_len, description="Context length; defaults to the model's own."

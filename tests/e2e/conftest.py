@@ -43,9 +43,10 @@ def default_model_name() -> str:
     the package ships one, else the base model's (resolving checks the hashes; set-up built it)."""
     from pathlib import Path
 
-    from reflectrm.checkpoints import DEFAULT_MODEL, default_cache_dir, resolve_model
+    from reflectrm.checkpoints.base import default_cache_dir
+    from reflectrm.checkpoints.resolve import DEFAULT_MODEL, resolve_model
 
-    return Path(resolve_model(DEFAULT_MODEL, default_cache_dir(), None)).name
+    return Path(resolve_model(DEFAULT_MODEL, default_cache_dir(), None, E2E_DTYPE)).name
 
 
 def e2e_settings(**overrides: Any) -> Settings:

@@ -12,7 +12,9 @@ import time
 import httpx
 import pytest
 
+from loadtests.harness.family import SMALL
 from loadtests.harness.metrics import parse_metrics
+from loadtests.harness.process import launch_service, stop_process, wait_ready
 from tests.e2e.conftest import E2E_MAX_TOKENS, default_model_name, separate_service
 
 PAIR = {
@@ -111,6 +113,26 @@ def test_too_long_conversation_is_413_with_the_real_tokenizer(client: httpx.Clie
     r = client.post("/v1/judge", json={**PAIR, "prompt": "word " * 5000})
     assert r.status_code == 413
     assert "4096 tokens" in r.json()["detail"]
+
+
+def test_the_default_judge_starts_without_a_warning_per_weight(tmp_path):
+    """Served in bfloat16, the default judge is built in bfloat16: vLLM loads every weight as
+    stored (a float32 build logged 126 "Attempted to load weight ..." warnings per start)."""
+    # vLLM's own level set here: importing trl (another test module does) sets ERROR for every
+    # vLLM started after it, which would hide the warnings counted here.
+    settings = {**SMALL, "REFLECTRM_DTYPE": "bfloat16", "VLLM_LOGGING_LEVEL": "INFO"}
+    served = launch_service(tmp_path / "serve.log", settings)
+    try:
+        wait_ready(served.url, 900, served)
+        r = httpx.post(f"{served.url}/v1/judge", json={**PAIR, "mode": "single"}, timeout=300)
+        assert r.status_code == 200, r.text
+        assert r.json()["model"].endswith("-bf16")
+    finally:
+        stop_process(served.proc)
+    log = served.log.read_text(errors="replace")  # vLLM logs to stdout, the service to stderr
+    assert "Loading weights took" in log  # vLLM's own lines are in this log
+    assert log.count("Attempted to load weight") == 0
+    assert "Downcasting" not in log  # nor is the checkpoint cast to the served dtype
 
 
 def test_cli_judge_against_the_service(live):

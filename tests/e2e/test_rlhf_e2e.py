@@ -14,7 +14,8 @@ import pytest
 import trl  # noqa: F401
 
 from loadtests.harness.metrics import parse_metrics
-from reflectrm.checkpoints import default_cache_dir, resolve_model
+from reflectrm.checkpoints.base import default_cache_dir
+from reflectrm.checkpoints.resolve import resolve_model
 from reflectrm.integrations.trl import ReflectRMReward
 from reflectrm.judging.prompts import TEMPLATE_VERSION
 from tests.e2e.conftest import LiveService

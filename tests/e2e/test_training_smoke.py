@@ -14,13 +14,15 @@ import pytest
 # No skip: `make test` installs the training extra, and CI must fail loudly if it is missing.
 import trl  # noqa: F401
 
-from reflectrm.checkpoints import MANIFEST, CheckpointError, resolve_model, validate_checkpoint
+from reflectrm.checkpoints.files import MANIFEST
+from reflectrm.checkpoints.resolve import resolve_model
+from reflectrm.checkpoints.validate import CheckpointError, validate_checkpoint
 from reflectrm.datasets import Pair
 from reflectrm.judging.prompts import TEMPLATE_VERSION
 from reflectrm.judging.types import Message
-from reflectrm.training.config import load_settings
-from reflectrm.training.data import TRAIN_FILE, BuildConfig, build, read_items
-from reflectrm.training.grpo import METRICS_FILE, train
+from reflectrm.training.grpo.config import load_settings
+from reflectrm.training.grpo.data import TRAIN_FILE, BuildConfig, build, read_items
+from reflectrm.training.grpo.train import METRICS_FILE, train
 from tests.e2e.conftest import ForwardingEngine, separate_service
 
 QUESTIONS = [

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from reflectrm.checkpoints import default_cache_dir, default_model_dir
+from reflectrm.checkpoints.base import default_cache_dir, default_model_dir
 from reflectrm.engines.base import Generation, GenerationResult, Prompt, SamplingSpec
 from reflectrm.engines.chat import chat_template_kwargs
 from reflectrm.engines.config import RemoteConfig
@@ -32,7 +32,7 @@ from reflectrm.judging.prompts import (
     reflection_messages,
 )
 from reflectrm.judging.types import JudgmentSpec, Message
-from tests.conftest import judgment, require
+from tests.conftest import judgment
 
 SMOL = default_model_dir(default_cache_dir())
 URL = "http://fleet.test:8000"
@@ -51,15 +51,6 @@ def _load(folder: Path) -> Any:
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(folder, local_files_only=True)
-
-
-@pytest.fixture(scope="session")
-def smol_tokenizer() -> Any:
-    require(
-        (SMOL / "tokenizer.json").exists(),
-        f"the default model is not prepared at {SMOL}: run `make setup`",
-    )
-    return _load(SMOL)
 
 
 def _derived(folder: Path, change: Callable[[Any], None]) -> Any:

@@ -20,24 +20,14 @@ from reflectrm.serving.errors import (
     OverloadedError,
 )
 from reflectrm.serving.service import JudgingService
-from reflectrm.serving.types import MemberAsk
+from reflectrm.serving.types import Judging, MemberAsk, Options
 from reflectrm.settings import Settings
 from tests.conftest import ScriptedEngine, judgment
 
 
-def terms(size: int = 3, timeout_s: float = 30.0, **kw: Any) -> CohortTerms:
-    fields: dict[str, Any] = {
-        "group_size": size,
-        "strategy": "knockout",
-        "mode": "single",
-        "debias": "none",
-        "num_candidates": 1,
-        "max_tokens": 32,
-        "seed": 1,
-        "timeout_s": timeout_s,
-        **kw,
-    }
-    return CohortTerms(**fields)
+def terms(size: int = 3, timeout_s: float = 30.0) -> CohortTerms:
+    judging = Judging(mode="single", debias="none", num_candidates=1, max_tokens=32, seed=1)
+    return CohortTerms(size, "knockout", judging, timeout_s)
 
 
 class Recorder:
@@ -224,7 +214,8 @@ async def test_a_retry_reports_its_own_wait_not_the_first_callers():
 
     def ask(text: str) -> MemberAsk:
         conversation = (Message("user", "q"),)
-        return MemberAsk(conversation, text, group_size=3, mode="single", debias="none", seed=1)
+        options = Options(mode="single", debias="none", seed=1)
+        return MemberAsk(conversation, text, group_size=3, options=options)
 
     async def gone() -> bool:
         return True

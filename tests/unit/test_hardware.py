@@ -43,3 +43,18 @@ def test_the_cpu_engine_takes_the_cpus_dtype_and_an_explicit_one_wins(
     explicit = EngineConfig(model="/m/x", device="cpu", dtype="float32", resolved=True)
     monkeypatch.setattr(vllm_engine, "cpu_dtype", lambda: "bfloat16")
     assert vllm_engine.engine_kwargs(explicit)["dtype"] == "float32"
+
+
+def test_a_built_checkpoint_is_written_in_the_dtype_the_engine_passes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What the set-up builds the default judge in is what the engine is told to serve."""
+    import reflectrm.engines.vllm_engine as vllm_engine
+
+    for cpu in ("bfloat16", "float32"):
+        monkeypatch.setattr(vllm_engine, "cpu_dtype", lambda cpu=cpu: cpu)
+        for dtype in ("auto", "float32", "bfloat16"):
+            config = EngineConfig(model="/m/x", device="cpu", dtype=dtype, resolved=True)
+            served = vllm_engine.served_dtype(config)
+            assert served == (cpu if dtype == "auto" else dtype)
+            assert served == vllm_engine.engine_kwargs(config)["dtype"]

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from reflectrm.datasets import Pair, read_pairs
 from reflectrm.judging.types import Message
-from reflectrm.training.heldout import compare_with_length, export_heldout, longer_is_chosen
-from reflectrm.training.split import SourcePairs, make_split
+from reflectrm.training.judge.heldout import compare_with_length, export_heldout, longer_is_chosen
+from reflectrm.training.judge.split import SourcePairs, make_split
 
 
 def _pair(i: str, chosen: str, rejected: str) -> Pair:

@@ -5,46 +5,38 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaForCausalLM
 
-from reflectrm.checkpoints import (
-    DEFAULT_MODEL,
-    CheckpointError,
-    resolve_model,
-)
-from reflectrm.judge_artifact import (
-    ADAPTER_CONFIG,
-    ADAPTER_WEIGHTS,
-    ARTIFACT_MANIFEST,
+from reflectrm.checkpoints.artifact import (
     ArtifactError,
-    file_sha256,
     judge_dir,
     merge_adapter,
     prepare_judge,
     read_manifest,
 )
+from reflectrm.checkpoints.base import default_model_dir, prepare_default_model
+from reflectrm.checkpoints.files import (
+    ADAPTER_CONFIG,
+    ADAPTER_WEIGHTS,
+    ARTIFACT_MANIFEST,
+    PREPARED_MARKER,
+    file_sha256,
+)
+from reflectrm.checkpoints.resolve import DEFAULT_MODEL, resolve_model
+from reflectrm.checkpoints.validate import CheckpointError, validate_checkpoint
 from reflectrm.settings import Settings
+from tests.unit.tiny_models import save_tiny_llama
 
 
 @pytest.fixture
 def base(tmp_path: Path) -> Path:
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=64,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        tie_word_embeddings=True,
-    )
-    folder = tmp_path / "base"
-    LlamaForCausalLM(config).save_pretrained(folder)
+    folder = save_tiny_llama(tmp_path / "base", 64, hidden_size=16)
     (folder / "tokenizer_config.json").write_text("{}")
     return folder
 
@@ -169,18 +161,89 @@ def test_a_missing_artifact_file_is_refused(base: Path, tmp_path: Path, gguf: Pa
         prepare_judge(tmp_path / "cache", gguf, lambda: base, lambda _: None, art)
 
 
+# --- the dtype it is served in ----------------------------------------------------------------
+
+
+def test_the_judge_is_built_in_the_dtype_it_is_served_in(
+    base: Path, tmp_path: Path, gguf: Path
+) -> None:
+    """Merged in float32, written in bfloat16: each weight is the float32 build's value cast
+    once (what vLLM's load-time cast gave), the config names the dtype, and each dtype is a
+    folder of its own, built once."""
+    art = _artifact(base, tmp_path, gguf)
+    cache = tmp_path / "cache"
+    f32 = prepare_judge(cache, gguf, lambda: base, lambda _: None, art)
+    builds: list[int] = []
+
+    def prepare_base() -> Path:
+        builds.append(1)
+        return base
+
+    bf16 = prepare_judge(cache, gguf, prepare_base, lambda _: None, art, "bfloat16")
+    assert (f32.name.endswith("-f32"), bf16.name.endswith("-bf16")) == (True, True)
+    assert bf16 == judge_dir(cache, read_manifest(art), "bfloat16")
+    wide = load_file(str(f32 / "model.safetensors"))
+    narrow = load_file(str(bf16 / "model.safetensors"))
+    assert sorted(narrow) == sorted(wide)
+    for key, value in narrow.items():
+        assert value.dtype == torch.bfloat16, key
+        assert torch.equal(value, wide[key].to(torch.bfloat16)), key
+    assert json.loads((bf16 / "config.json").read_text())["dtype"] == "bfloat16"
+    assert json.loads((f32 / "config.json").read_text())["dtype"] == "float32"
+    assert validate_checkpoint(bf16, "v1").manifest == validate_checkpoint(f32, "v1").manifest
+    assert prepare_judge(cache, gguf, prepare_base, lambda _: None, art, "bf16") == bf16
+    assert builds == [1]
+
+
+def test_the_base_model_is_copied_into_the_served_dtype_once(
+    base: Path, tmp_path: Path, gguf: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import reflectrm.checkpoints.base as checkpoint_base
+
+    cache = tmp_path / "cache"
+    f32 = default_model_dir(cache)
+    shutil.copytree(base, f32)
+    record = {
+        "gguf_size": gguf.stat().st_size,
+        "weights_sha256": {"model.safetensors": file_sha256(f32 / "model.safetensors")},
+    }
+    (f32 / PREPARED_MARKER).write_text(json.dumps(record))  # as a set-up before dtypes wrote it
+    monkeypatch.setattr(checkpoint_base, "find_gguf", lambda cache, say: gguf)
+
+    def no_conversion(gguf: Path, out: Path) -> None:
+        raise AssertionError("the float32 checkpoint is there: nothing is converted")
+
+    monkeypatch.setattr(checkpoint_base, "_convert", no_conversion)
+    assert prepare_default_model(cache, lambda _: None) == f32
+    said: list[str] = []
+    bf16 = prepare_default_model(cache, said.append, "bfloat16")
+    assert (
+        bf16 == default_model_dir(cache, "bfloat16") == cache / "models" / f"{f32.name[:-4]}-bf16"
+    )
+    wide = load_file(str(f32 / "model.safetensors"))
+    narrow = load_file(str(bf16 / "model.safetensors"))
+    assert all(torch.equal(narrow[k], v.to(torch.bfloat16)) for k, v in wide.items())
+    assert json.loads((bf16 / "config.json").read_text())["dtype"] == "bfloat16"
+    assert json.loads((bf16 / PREPARED_MARKER).read_text())["dtype"] == "bfloat16"
+    assert len(said) == 2  # converting, ready
+    assert prepare_default_model(cache, said.append, "bfloat16") == bf16
+    assert len(said) == 2
+    with pytest.raises(CheckpointError, match="float32, bfloat16 or float16, not 'float64'"):
+        prepare_default_model(cache, said.append, "float64")
+
+
 # --- the default setting ------------------------------------------------------------------------
 
 
 def test_the_default_setting_serves_the_packaged_judge_when_there_is_one(
     base: Path, tmp_path: Path, gguf: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import reflectrm.checkpoints as checkpoints
+    import reflectrm.checkpoints.resolve as resolve
 
     art = _artifact(base, tmp_path, gguf)
-    monkeypatch.setattr(checkpoints, "ARTIFACT_DIR", art)
-    monkeypatch.setattr(checkpoints, "find_gguf", lambda cache, say: gguf)
-    monkeypatch.setattr(checkpoints, "prepare_default_model", lambda cache, say: base)
+    monkeypatch.setattr(resolve, "ARTIFACT_DIR", art)
+    monkeypatch.setattr(resolve, "find_gguf", lambda cache, say: gguf)
+    monkeypatch.setattr(resolve, "prepare_default_model", lambda cache, say, dtype="float32": base)
     assert Settings().model == DEFAULT_MODEL
     cache = tmp_path / "cache"
     served = Path(resolve_model(DEFAULT_MODEL, cache, "v1"))
@@ -199,25 +262,25 @@ def test_the_default_setting_serves_the_packaged_judge_when_there_is_one(
 def test_without_a_packaged_judge_the_default_is_the_base_model(
     base: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import reflectrm.checkpoints as checkpoints
+    import reflectrm.checkpoints.resolve as resolve
 
-    monkeypatch.setattr(checkpoints, "ARTIFACT_DIR", tmp_path / "no-judge")
-    monkeypatch.setattr(checkpoints, "prepare_default_model", lambda cache, say: base)
+    monkeypatch.setattr(resolve, "ARTIFACT_DIR", tmp_path / "no-judge")
+    monkeypatch.setattr(resolve, "prepare_default_model", lambda cache, say, dtype="float32": base)
     assert Path(resolve_model(DEFAULT_MODEL, tmp_path / "cache", "v1")) == base
 
 
 def test_the_package_ships_a_judge_with_its_verdict_layer_and_every_hash_holds() -> None:
     """The committed default judge: its manifest names the adapter, the verdict layer and the
     split, each file has the recorded sha256, and its held-out figures are recorded."""
-    from reflectrm.checkpoints import ARTIFACT_DIR
-    from reflectrm.judge_artifact import VERDICT_WEIGHTS, check_artifact, is_judge_artifact
+    from reflectrm.checkpoints.artifact import check_artifact, is_judge_artifact
+    from reflectrm.checkpoints.files import ARTIFACT_DIR, SPLIT_FILE, VERDICT_WEIGHTS
 
     assert is_judge_artifact(ARTIFACT_DIR)
     manifest = read_manifest(ARTIFACT_DIR)
     assert set(manifest["files"]) == {
         ADAPTER_WEIGHTS,
-        "adapter_config.json",
-        "holdout-split.json",
+        ADAPTER_CONFIG,
+        SPLIT_FILE,
         VERDICT_WEIGHTS,
     }
     check_artifact(ARTIFACT_DIR, manifest, None)

@@ -9,36 +9,20 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import save_file
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaForCausalLM
 
-from reflectrm.judge_artifact import PROBE_WEIGHTS, ArtifactError, apply_probe, merge_adapter
-from reflectrm.training.probe import (
-    copy_projector,
-    evaluate_head,
-    fit_head,
-    partner_index,
-    summarize,
-    wilson,
-)
+from reflectrm.checkpoints.artifact import ArtifactError, apply_probe, merge_adapter
+from reflectrm.checkpoints.files import PROBE_WEIGHTS
+from reflectrm.training.judge.figures import summarize, wilson
+from reflectrm.training.judge.probe import copy_projector, evaluate_head, fit_head, partner_index
+from tests.unit.tiny_models import save_tiny_llama
 
 ONE, TWO = 5, 9
 
 
 @pytest.fixture
 def base(tmp_path: Path) -> Path:
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=32,
-        hidden_size=8,
-        intermediate_size=16,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        tie_word_embeddings=True,
-    )
-    folder = tmp_path / "base"
-    LlamaForCausalLM(config).save_pretrained(folder)
-    return folder
+    return save_tiny_llama(tmp_path / "base", 32, hidden_size=8)
 
 
 def _adapter_with_probe(base: Path, out: Path, direction: torch.Tensor) -> None:

@@ -4,27 +4,18 @@ run equals an uninterrupted one; the held-out split keeps prompts apart and noti
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 import torch
-from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-from reflectrm.checkpoints import default_cache_dir, default_model_dir
 from reflectrm.datasets import Pair
 from reflectrm.engines.chat import ChatRenderer
 from reflectrm.judging.types import Message
-from reflectrm.training.judge import (
-    ADAPTER_DIR,
-    LOG_FILE,
-    JudgeTrainConfig,
-    plan_steps,
-    target_text,
-    tokenize_targets,
-    train_judge,
-)
-from reflectrm.training.split import (
+from reflectrm.training.judge.items import target_text, tokenize_targets
+from reflectrm.training.judge.model import ADAPTER_DIR
+from reflectrm.training.judge.sft import LOG_FILE, JudgeTrainConfig, plan_steps, train_judge
+from reflectrm.training.judge.split import (
     SourcePairs,
     SplitError,
     held_out_keys,
@@ -32,25 +23,8 @@ from reflectrm.training.split import (
     prompt_key,
     training_pairs,
 )
-
-QUESTIONS = [
-    ("What is the capital of France?", "Paris.", "Berlin."),
-    ("What is 2 + 2?", "4", "5"),
-    ("Name a primary colour.", "Red.", "Green tea."),
-    ("Is the sun a star?", "Yes.", "No, a planet."),
-    ("Spell cat backwards.", "tac", "cta"),
-    ("How many legs has a spider?", "Eight.", "Six."),
-    ("Is water wet?", "Yes.", "Never."),
-    ("What colour is the sky?", "Blue.", "Plaid."),
-]
-
-
-def require(condition: bool, what: str) -> None:
-    """Skip without ``what`` on a developer's machine; in CI (CI=true) fail: set-up makes it."""
-    if not condition:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{what} is missing: set-up (make test) prepares it")
-        pytest.skip(f"{what} is missing (make setup prepares it)")
+from reflectrm.training.overrides import make_settings
+from tests.unit.tiny_models import QUESTIONS, save_tiny_judge
 
 
 def _pairs() -> list[Pair]:
@@ -58,31 +32,14 @@ def _pairs() -> list[Pair]:
 
 
 @pytest.fixture(scope="module")
-def tokenizer() -> object:
-    folder = default_model_dir(default_cache_dir())
-    require((folder / "tokenizer_config.json").is_file(), f"the default model at {folder}")
-    return AutoTokenizer.from_pretrained(folder)
+def tokenizer(smol_tokenizer: object) -> object:
+    return smol_tokenizer
 
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory, tokenizer: object) -> Path:
     """A 2-layer Llama with the default model's tokenizer (and chat template)."""
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),  # type: ignore[arg-type]
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=2048,
-        tie_word_embeddings=True,
-        initializer_range=0.3,  # logits with room to move: the frozen tied embeddings set them
-    )
-    folder = tmp_path_factory.mktemp("tiny")
-    LlamaForCausalLM(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)  # type: ignore[attr-defined]
-    return folder
+    return save_tiny_judge(tmp_path_factory.mktemp("tiny"), tokenizer, layers=2)
 
 
 def _config(**kw: object) -> JudgeTrainConfig:
@@ -99,7 +56,7 @@ def _config(**kw: object) -> JudgeTrainConfig:
         "checkpoint_every_s": 1e9,
     }
     base.update(kw)
-    return JudgeTrainConfig.from_dict(base)
+    return make_settings(JudgeTrainConfig, base)
 
 
 def test_targets_are_the_service_format_and_the_decision_is_the_analysis_digit(

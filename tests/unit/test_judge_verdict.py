@@ -12,20 +12,14 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import save_file
-from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+from transformers import AutoTokenizer, LlamaForCausalLM
 
-from reflectrm.checkpoints import default_cache_dir, default_model_dir
+from reflectrm.checkpoints.artifact import ArtifactError, merge_adapter, pack_sparse, unpack_sparse
+from reflectrm.checkpoints.files import VERDICT_WEIGHTS
 from reflectrm.datasets import Pair
 from reflectrm.engines.chat import ChatRenderer
-from reflectrm.judge_artifact import (
-    VERDICT_WEIGHTS,
-    ArtifactError,
-    merge_adapter,
-    pack_sparse,
-    unpack_sparse,
-)
 from reflectrm.judging.types import Message
-from reflectrm.training.verdict import (
+from reflectrm.training.judge.verdict_layer import (
     VerdictConfig,
     VerdictLayer,
     build_verdict,
@@ -36,7 +30,8 @@ from reflectrm.training.verdict import (
     marker_positions,
     verdict_plan,
 )
-from tests.unit.test_judge_training import QUESTIONS
+from reflectrm.training.overrides import make_settings
+from tests.unit.tiny_models import QUESTIONS, save_tiny_judge
 
 
 def _pairs(copies: int = 1) -> list[Pair]:
@@ -48,28 +43,9 @@ def _pairs(copies: int = 1) -> list[Pair]:
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def tiny(tmp_path_factory: pytest.TempPathFactory, smol_tokenizer: object) -> Path:
     """A 3-layer Llama with the default model's tokenizer (and chat template)."""
-    folder = default_model_dir(default_cache_dir())
-    if not (folder / "tokenizer_config.json").is_file():
-        pytest.fail(f"the default model's tokenizer is missing at {folder}: make setup makes it")
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=3,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=2048,
-        tie_word_embeddings=True,
-        initializer_range=0.3,
-    )
-    out = tmp_path_factory.mktemp("tiny")
-    LlamaForCausalLM(config).save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    return out
+    return save_tiny_judge(tmp_path_factory.mktemp("tiny"), smol_tokenizer, layers=3)
 
 
 def _config(**kw: object) -> VerdictConfig:
@@ -82,7 +58,7 @@ def _config(**kw: object) -> VerdictConfig:
         "checkpoint_every_s": 1e9,
     }
     base.update(kw)
-    return VerdictConfig.from_dict(base)
+    return make_settings(VerdictConfig, base)
 
 
 def _plan(tiny: Path, config: VerdictConfig, copies: int = 1) -> list[dict[str, object]]:
@@ -157,7 +133,7 @@ def test_a_plan_with_more_items_computes_only_the_new_ones(
 ) -> None:
     """States are kept per item (named by its tokens): a longer ``max_prompt_tokens`` adds to a
     finished pass; states of other settings are refused."""
-    from reflectrm.training import verdict
+    from reflectrm.training.judge import verdict_layer
 
     short = _config(max_prompt_tokens=213)
     longer = _config(max_prompt_tokens=4000)
@@ -165,14 +141,14 @@ def test_a_plan_with_more_items_computes_only_the_new_ones(
     assert 0 < len(small) < len(large)
     extract_states(tiny, small, tmp_path / "v", short, progress_bar=False)
     forwards = []
-    real = verdict._load_model
+    real = verdict_layer.load_model
 
     def counting(folder: Path) -> object:
         model = real(folder)
         model.register_forward_pre_hook(lambda *_a: forwards.append(1))
         return model
 
-    monkeypatch.setattr(verdict, "_load_model", counting)
+    monkeypatch.setattr(verdict_layer, "load_model", counting)
     extract_states(tiny, large, tmp_path / "v", longer, resume=True, progress_bar=False)
     assert len(forwards) == len(large) - len(small)
     extract_states(tiny, large, tmp_path / "whole", longer, progress_bar=False)

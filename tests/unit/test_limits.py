@@ -14,6 +14,7 @@ from reflectrm.serving.types import (
     FailedItem,
     GroupAsk,
     MemberAsk,
+    Options,
     PairAsk,
     SampleAsk,
     SampleOptions,
@@ -27,8 +28,8 @@ def limits(**settings: Any) -> Limits:
     return Limits(Settings(**settings))
 
 
-def pair(**ask: Any) -> PairAsk:
-    return PairAsk(conversation=CONVERSATION, responses=("a", "b"), **ask)
+def pair(**options: Any) -> PairAsk:
+    return PairAsk(conversation=CONVERSATION, responses=("a", "b"), options=Options(**options))
 
 
 def test_a_pair_takes_the_settings_defaults_and_keeps_what_it_asked() -> None:
@@ -81,12 +82,13 @@ def test_a_group_is_bounded_in_completions() -> None:
     with pytest.raises(InvalidRequestError, match=r"3 completions.*REFLECTRM_MAX_GROUP_SIZE"):
         limits(max_group_size=2).group_spec(ask)
     spec = limits(num_candidates=4).group_spec(ask)
-    assert (spec.num_candidates, spec.seed_drawn) == (4, True)
+    assert (spec.judging.num_candidates, spec.judging.debias, spec.seed_drawn) == (4, "swap", True)
 
 
 def member(**ask: Any) -> MemberAsk:
     fields: dict[str, Any] = {"group_size": 4, "strategy": "round_robin", **ask}
-    return MemberAsk(conversation=CONVERSATION, completion="a", **fields)
+    options = {k: fields.pop(k) for k in ("debias", "num_candidates", "max_tokens") if k in fields}
+    return MemberAsk(CONVERSATION, "a", **fields, options=Options(**options))
 
 
 def test_a_cohorts_terms_are_bounded() -> None:
@@ -97,7 +99,7 @@ def test_a_cohorts_terms_are_bounded() -> None:
     with pytest.raises(InvalidRequestError, match="REFLECTRM_MAX_COHORT_TIMEOUT_S"):
         limits(max_cohort_timeout_s=10).cohort_terms(member(cohort_timeout_s=11))
     terms = limits(cohort_timeout_s=5, num_candidates=2).cohort_terms(member())
-    assert (terms.timeout_s, terms.num_candidates) == (5, 2)
+    assert (terms.timeout_s, terms.judging.num_candidates, terms.judging.seed) == (5, 2, None)
 
 
 def test_a_cohort_is_bounded_by_its_whole_groups_work() -> None:

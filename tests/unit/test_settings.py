@@ -153,7 +153,7 @@ def test_get_settings_overrides_win_and_none_is_not_given(
 
 
 def test_the_old_import_paths_still_work() -> None:
-    from reflectrm.checkpoints import default_cache_dir
+    from reflectrm.checkpoints.base import default_cache_dir
     from reflectrm.engines.config import DEFAULT_MODEL as ENGINE_DEFAULT
     from reflectrm.judging.judge import JudgeConfig as JudgeConfigFromJudge
     from reflectrm.settings import DEFAULT_MODEL

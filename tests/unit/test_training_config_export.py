@@ -9,11 +9,13 @@ from typing import Any
 
 import pytest
 
-from reflectrm.checkpoints import MANIFEST, CheckpointError, validate_checkpoint
+from reflectrm.checkpoints.files import MANIFEST
+from reflectrm.checkpoints.validate import CheckpointError, validate_checkpoint
 from reflectrm.training.cli import add_parser
-from reflectrm.training.config import load_settings, parse_overrides
-from reflectrm.training.export import build_manifest, export_checkpoint, read_manifest
-from reflectrm.training.warmup import WarmupSettings, warmup_examples
+from reflectrm.training.grpo.config import GRPOSettings, load_settings
+from reflectrm.training.grpo.export import build_manifest, export_checkpoint, read_manifest
+from reflectrm.training.grpo.warmup import WarmupSettings, warmup_examples
+from reflectrm.training.overrides import parse_overrides
 from tests.unit.test_training_data import judged
 
 
@@ -29,13 +31,15 @@ def test_default_config_holds_the_papers_values() -> None:
 
 
 def test_overrides_keep_their_types_and_unknown_keys_fail(tmp_path: Path) -> None:
-    overrides = parse_overrides(["lora=true", "max_steps=2", "learning_rate=1e-5", "seed=3"])
+    overrides = parse_overrides(
+        ["lora=true", "max_steps=2", "learning_rate=1e-5", "seed=3"], GRPOSettings
+    )
     cfg = load_settings(None, overrides)
     assert cfg.lora is True
     assert cfg.max_steps == 2
     assert cfg.learning_rate == 1e-5
     with pytest.raises(ValueError, match="unknown setting"):
-        parse_overrides(["lr=1"])
+        parse_overrides(["lr=1"], GRPOSettings)
     bad = tmp_path / "bad.yaml"
     bad.write_text("epochs: 1\nbatch: 3\n")
     with pytest.raises(ValueError, match="unknown settings"):

@@ -12,7 +12,7 @@ import pytest
 from reflectrm.datasets import Pair, pair_from_row
 from reflectrm.judging.prompts import get_template
 from reflectrm.judging.types import Candidate, Message
-from reflectrm.training.data import (
+from reflectrm.training.grpo.data import (
     JUDGMENTS_FILE,
     STATS_FILE,
     TRAIN_FILE,
@@ -27,7 +27,7 @@ from reflectrm.training.data import (
     select_items,
     shown_order,
 )
-from reflectrm.training.sources import helpsteer3_row
+from reflectrm.training.grpo.sources import helpsteer3_row
 from tests.conftest import ScriptedEngine, judgment
 
 CONVERSATION = (Message("user", "What is 2 + 2?"),)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from reflectrm.training.rewards import format_reward, verdict_of, verdict_reward
+from reflectrm.training.grpo.rewards import format_reward, verdict_of, verdict_reward
 
 R1 = "<Analysis>ok</Analysis>\n<Result>Response 1 is better than Response 2</Result>"
 R2 = "<Analysis>ok</Analysis>\n<Result>Response 2 is better than Response 1</Result>"

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import ValidationError
 
 from reflectrm.api import schemas
 from reflectrm.api.errors import status_of
 from reflectrm.judging import types
+from reflectrm.judging.debias import Debias
 from reflectrm.judging.groups import Comparison, failed_reward
 from reflectrm.serving.errors import InvalidRequestError
 from reflectrm.serving.types import (
@@ -24,6 +25,7 @@ from reflectrm.serving.types import (
     Judged,
     MemberAsk,
     MemberResult,
+    Options,
     PairAsk,
     PairResult,
     SampleAsk,
@@ -40,17 +42,38 @@ def messages_of(body: schemas.Conversation) -> tuple[types.Message, ...]:
     return (types.Message("user", body.prompt),)
 
 
+class AsksJudging(Protocol):
+    """The judging fields every judging request carries (its options, as one value inside)."""
+
+    @property
+    def mode(self) -> types.Mode: ...
+    @property
+    def debias(self) -> Debias: ...
+    @property
+    def num_candidates(self) -> int | None: ...
+    @property
+    def max_tokens(self) -> int | None: ...
+    @property
+    def seed(self) -> int | None: ...
+
+
+def options_of(body: AsksJudging, ablation: types.Ablation = "none") -> Options:
+    return Options(
+        mode=body.mode,
+        debias=body.debias,
+        num_candidates=body.num_candidates,
+        max_tokens=body.max_tokens,
+        seed=body.seed,
+        ablation=ablation,
+    )
+
+
 def pair_ask(body: schemas.JudgeRequest) -> PairAsk:
     return PairAsk(
         conversation=messages_of(body),
         responses=(body.responses[0], body.responses[1]),
-        mode=body.mode,
-        debias=body.debias,
+        options=options_of(body, body.ablation),
         check_swap=body.check_swap,
-        num_candidates=body.num_candidates,
-        seed=body.seed,
-        max_tokens=body.max_tokens,
-        ablation=body.ablation,
         with_trace=body.return_trace,
     )
 
@@ -140,11 +163,7 @@ def group_ask(body: schemas.RewardsRequest) -> GroupAsk:
         strategy=body.resolved_strategy,
         reference=body.reference,
         pivot=body.pivot,
-        mode=body.mode,
-        debias=body.debias,
-        num_candidates=body.num_candidates,
-        max_tokens=body.max_tokens,
-        seed=body.seed,
+        options=options_of(body),
     )
 
 
@@ -155,11 +174,7 @@ def member_ask(body: schemas.SampleRewardRequest) -> MemberAsk:
         group_size=body.group_size,
         group_id=body.group_id,
         strategy=body.strategy,
-        mode=body.mode,
-        debias=body.debias,
-        num_candidates=body.num_candidates,
-        max_tokens=body.max_tokens,
-        seed=body.seed,
+        options=options_of(body),
         cohort_timeout_s=body.cohort_timeout_s,
     )
 
@@ -173,11 +188,7 @@ def sample_asks(body: schemas.OpenRLHFRequest) -> list[SampleAsk]:
 
 def sample_options(options: schemas.OpenRLHFOptions) -> SampleOptions:
     return SampleOptions(
-        mode=options.mode,
-        debias=options.debias,
-        num_candidates=options.num_candidates,
-        max_tokens=options.max_tokens,
-        seed=options.seed,
+        options=options_of(options),
         group_size=options.group_size,
         strategy=options.strategy,
         cohort_timeout_s=options.cohort_timeout_s,
@@ -324,8 +335,8 @@ def rewards_response(result: GroupResult) -> schemas.RewardsResponse:
     return schemas.RewardsResponse(
         rewards=[r.reward for r in result.rewards],
         strategy=spec.strategy,
-        debias=spec.debias,
-        mode=spec.mode,
+        debias=spec.judging.debias,
+        mode=spec.judging.mode,
         pivot=result.pivot,
         completions=[
             schemas.CompletionResult(
@@ -358,7 +369,7 @@ def openrlhf_response(results: list[GroupResult]) -> schemas.OpenRLHFResponse:
     The keys depend on the call's settings only, so every sample of a run has the same ones
     (OpenRLHF concatenates them across samples)."""
     rewards: list[float] = []
-    swap = any(r.spec.debias == "swap" for r in results)
+    swap = any(r.spec.judging.debias == "swap" for r in results)
     keys = ["judge_reward_first_order", "judge_reward_second_order"]
     keys += ["judge_consistent", "judge_inconsistent"] if swap else []
     keys += ["judge_no_verdict", "judge_failed", "judge_generated_tokens"]
@@ -396,8 +407,8 @@ def cohort_result(result: MemberResult) -> schemas.CohortResult:
         judgments=group.judgments,
         rounds=group.rounds,
         strategy=spec.strategy,
-        debias=spec.debias,
-        mode=spec.mode,
+        debias=spec.judging.debias,
+        mode=spec.judging.mode,
         seed=spec.seed,
         usage=usage_of(group.usage),
     )

@@ -33,7 +33,7 @@ from reflectrm.api.nemo_gym_schemas import (
 )
 from reflectrm.api.routes import ERRORS
 from reflectrm.judging.judge import PromptTooLongError
-from reflectrm.serving.types import PairAsk, PairResult
+from reflectrm.serving.types import Options, PairAsk, PairResult
 
 router = APIRouter(route_class=StrictJSONRoute, tags=["NeMo Gym GenRM"])
 
@@ -57,15 +57,14 @@ def genrm_scores(shares: tuple[float, float]) -> dict[str, float]:
 def pair_ask(body: GenRMChatRequest) -> PairAsk:
     conversation, responses = body.split()
     o = body.reflectrm
-    return PairAsk(
-        conversation=conversation,
-        responses=responses,
+    options = Options(
         mode=o.mode,
         debias=o.debias,
         num_candidates=o.num_candidates,
-        seed=body.seed,
         max_tokens=o.max_tokens,
+        seed=body.seed,
     )
+    return PairAsk(conversation=conversation, responses=responses, options=options)
 
 
 def no_verdict_at_all(result: PairResult) -> bool:

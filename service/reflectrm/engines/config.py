@@ -2,8 +2,8 @@
 
 The defaults here are the service's defaults: ``Settings`` takes each one from these classes and
 builds them (``Settings.engine_config()``). A script or a test that opens an engine without the
-HTTP service constructs them directly. Imports only a leaf: the default model's name and cache
-(checkpoints.py). The prompt template's version is the judge's, so it is passed in (by the
+HTTP service constructs them directly. Imports only the default model's name and cache
+(checkpoints/). The prompt template's version is the judge's, so it is passed in (by the
 settings).
 """
 
@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from reflectrm.checkpoints import DEFAULT_MODEL, default_cache_dir
+from reflectrm.checkpoints.base import default_cache_dir
+from reflectrm.checkpoints.resolve import DEFAULT_MODEL
 
 EngineKind = Literal["vllm", "remote"]
 

@@ -7,18 +7,23 @@ import contextlib
 import dataclasses
 from collections.abc import AsyncIterator
 
-from reflectrm.checkpoints import resolve_model
+from reflectrm.checkpoints.resolve import builds_checkpoint, resolve_model
 from reflectrm.engines.base import Engine
 from reflectrm.engines.config import EngineConfig
 
 
 def resolve(config: EngineConfig) -> EngineConfig:
-    """The config with ``model`` replaced by what the engine loads: the prepared default model,
-    a checked checkpoint folder, or a hub id. Idempotent; slow only the first time (conversion).
-    A remote engine's model is a name the fleet serves: it stays as it is."""
+    """The config with ``model`` replaced by what the engine loads: the prepared default model
+    (built in the dtype the engine serves it in), a checked checkpoint folder, or a hub id.
+    Idempotent; slow only the first time (conversion). A remote engine's model is a name the
+    fleet serves: it stays as it is."""
     if config.resolved or config.kind == "remote":
         return config
-    path = resolve_model(config.model, config.cache_dir, config.template_version)
+    from reflectrm.engines.vllm_engine import served_dtype  # its vLLM import waits for a call
+
+    # Only a checkpoint built here needs the served dtype (finding it may import vLLM).
+    dtype = served_dtype(config) if builds_checkpoint(config.model) else "float32"
+    path = resolve_model(config.model, config.cache_dir, config.template_version, dtype)
     return dataclasses.replace(config, model=path, resolved=True)
 
 

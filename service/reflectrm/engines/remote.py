@@ -44,7 +44,7 @@ from typing import Any
 
 import httpx
 
-from reflectrm.checkpoints import DEFAULT_MODEL
+from reflectrm.checkpoints.resolve import DEFAULT_MODEL
 from reflectrm.engines.base import (
     ChatMessage,
     EngineError,
@@ -261,8 +261,12 @@ class RemoteEngine:
 
     # --- attempts -----------------------------------------------------------------------------
 
-    def _give_up(self, path: str, reason: str, attempts: int) -> EngineError:
-        tries = f" (after {attempts} attempts)" if attempts > 1 else ""
+    def _give_up(
+        self, path: str, exc: httpx.HTTPError | _AttemptError, attempts: _Attempts
+    ) -> EngineError:
+        """The error of a call whose last attempt failed with ``exc``."""
+        reason = exc.reason if isinstance(exc, _AttemptError) else _connection_failure(exc)
+        tries = f" (after {attempts.made} attempts)" if attempts.made > 1 else ""
         return EngineError(f"the engine fleet at {self._config.url} failed {path}: {reason}{tries}")
 
     async def _call(self, path: str, body: dict[str, Any], headers: dict[str, str]) -> dict:
@@ -275,11 +279,8 @@ class RemoteEngine:
                 on_retry=attempts.retrying,
             )
             return _json_of(response)
-        except httpx.HTTPError as exc:
-            reason = _connection_failure(exc)
-        except _AttemptError as exc:
-            reason = exc.reason
-        raise self._give_up(path, reason, attempts.made)
+        except (httpx.HTTPError, _AttemptError) as exc:
+            raise self._give_up(path, exc, attempts) from None
 
     def _call_sync(self, path: str, body: dict[str, Any]) -> dict:
         attempts = _Attempts(path)
@@ -291,11 +292,8 @@ class RemoteEngine:
                 on_retry=attempts.retrying,
             )
             return _json_of(response)
-        except httpx.HTTPError as exc:
-            reason = _connection_failure(exc)
-        except _AttemptError as exc:
-            reason = exc.reason
-        raise self._give_up(path, reason, attempts.made)
+        except (httpx.HTTPError, _AttemptError) as exc:
+            raise self._give_up(path, exc, attempts) from None
 
 
 class _Attempts:
@@ -438,7 +436,7 @@ async def _wait_for_fleet(
 def _local_tokenizer(config: EngineConfig) -> Any:
     from transformers import AutoTokenizer
 
-    from reflectrm.checkpoints import resolve_model
+    from reflectrm.checkpoints.resolve import resolve_model
 
     assert config.remote.tokenizer is not None
     path = resolve_model(config.remote.tokenizer, config.cache_dir, config.template_version)

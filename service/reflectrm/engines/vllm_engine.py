@@ -34,11 +34,29 @@ def vllm_is_cpu_build() -> bool:
     return bool(current_platform.is_cpu())
 
 
+def runs_on_cpu(config: EngineConfig) -> bool:
+    return config.device == "cpu" or (config.device == "auto" and vllm_is_cpu_build())
+
+
+def served_dtype(config: EngineConfig) -> str:
+    """The dtype the engine serves the model in, which a checkpoint built for it is written in
+    (so that vLLM loads each weight as stored): the setting; else, for 'auto', on the CPU what
+    ``engine_kwargs`` passes, on a GPU what vLLM's 'auto' makes of a float32 checkpoint (the
+    platform's first supported dtype), which a checkpoint stored in it keeps."""
+    if config.dtype != "auto":
+        return config.dtype
+    if runs_on_cpu(config):
+        return cpu_dtype()
+    from vllm.platforms import current_platform
+
+    return str(current_platform.supported_dtypes[0]).removeprefix("torch.")
+
+
 def engine_kwargs(config: EngineConfig) -> dict[str, Any]:
     """vLLM's engine arguments for a resolved config, with working defaults for a small CPU
     machine: the in-process engine and ``vllm serve`` replicas (``vllm_serve_args``) share them."""
     model_path = config.model
-    on_cpu = config.device == "cpu" or (config.device == "auto" and vllm_is_cpu_build())
+    on_cpu = runs_on_cpu(config)
     dtype = config.dtype
     if dtype == "auto" and on_cpu:
         # bf16 where the CPU has bf16 matrix units (2.6-3.1x float32 here), else float32

@@ -34,11 +34,10 @@ from collections.abc import Awaitable, Callable, Coroutine, Hashable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from reflectrm.judging.debias import Debias
 from reflectrm.judging.groups import Strategy
-from reflectrm.judging.types import Mode
 from reflectrm.serving.admission import until_disconnected
 from reflectrm.serving.errors import ClosedError, InvalidRequestError, OverloadedError
+from reflectrm.serving.types import Judging
 
 HowClosed = Literal["full", "cut", "abandoned"]
 STOPPING = "the service is stopping: this cohort was not judged; retry elsewhere"
@@ -50,11 +49,7 @@ class CohortTerms:
 
     group_size: int
     strategy: Strategy
-    mode: Mode
-    debias: Debias
-    num_candidates: int
-    max_tokens: int
-    seed: int | None
+    judging: Judging
     timeout_s: float
 
 
@@ -333,9 +328,10 @@ async def _shielded(future: asyncio.Future[Any]) -> Any:
 
 
 def _terms_text(terms: CohortTerms) -> str:
-    seed = "no seed" if terms.seed is None else f"seed {terms.seed}"
+    j = terms.judging
+    seed = "no seed" if j.seed is None else f"seed {j.seed}"
     return (
-        f"group_size {terms.group_size}, strategy {terms.strategy}, mode {terms.mode}, debias "
-        f"{terms.debias}, num_candidates {terms.num_candidates}, max_tokens {terms.max_tokens}, "
+        f"group_size {terms.group_size}, strategy {terms.strategy}, mode {j.mode}, debias "
+        f"{j.debias}, num_candidates {j.num_candidates}, max_tokens {j.max_tokens}, "
         f"{seed}, cohort_timeout_s {terms.timeout_s:g}"
     )

@@ -1,12 +1,14 @@
 """The server's defaults and limits for a call (TGI's ``validation.rs``): what a call left unset
 takes from the settings, and what it asks beyond them is refused before any judgment is admitted.
 
-Every operation of ``JudgingService`` turns its ask into judging specs here: the defaults filled
-in (num_candidates, max_tokens, a drawn seed), the counts bounded (items, samples, completions,
-a cohort's size and timeout), and the whole call's engine work (judgments x candidates x
-max_tokens) held to REFLECTRM_MAX_CALL_WORK_TOKENS. A refusal is an ``InvalidRequestError`` or a
-``TooMuchWorkError`` naming the setting that bounds it. An OpenRLHF sample's response is told
-apart from its query here too (``split_query``), and a query that is not its prompt's refused.
+Every operation of ``JudgingService`` turns its ask into judging specs here: the ask's
+``Options`` (one value from the request on) become its ``Judging`` with the defaults filled in
+(num_candidates, max_tokens; a seed drawn where none was asked), the counts bounded (items,
+samples, completions, a cohort's size and timeout), and the whole call's engine work (judgments
+x candidates x max_tokens) held to REFLECTRM_MAX_CALL_WORK_TOKENS. A refusal is an
+``InvalidRequestError`` or a ``TooMuchWorkError`` naming the setting that bounds it. An OpenRLHF
+sample's response is told apart from its query here too (``split_query``), and a query that is
+not its prompt's refused.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable, Sequence
 
-from reflectrm.judging.groups import design
+from reflectrm.judging.groups import Strategy, design
 from reflectrm.judging.groups import judgments as group_judgments
 from reflectrm.judging.types import JudgmentSpec, Message, Mode
 from reflectrm.serving.cohorts import CohortTerms
@@ -23,7 +25,9 @@ from reflectrm.serving.types import (
     FailedItem,
     GroupAsk,
     GroupSpec,
+    Judging,
     MemberAsk,
+    Options,
     PairAsk,
     SampleAsk,
     SampleOptions,
@@ -40,23 +44,37 @@ def new_seed() -> int:
     return secrets.randbelow(2**31)
 
 
-def _candidates(request: JudgmentSpec) -> int:
-    """Candidates (stage-1 outputs) of one judgment: one greedy output in single mode."""
-    return 1 if request.mode == "single" else request.num_candidates
-
-
-def _group_candidates(spec: GroupSpec) -> int:
-    return 1 if spec.mode == "single" else spec.num_candidates
-
-
 def _pair_judgments(ask: PairAsk) -> int:
     return 2 if ask.two_orders else 1
+
+
+def _asked_work(ask: PairAsk, settings: Settings) -> Work:
+    """A batch item's engine work as asked, with the server's defaults for what it left unset
+    (its own bounds are checked when it is judged)."""
+    o = ask.options
+    candidates = 1 if o.mode == "single" else (o.num_candidates or settings.num_candidates)
+    return _pair_judgments(ask), candidates, o.max_tokens or settings.max_tokens
 
 
 def _group_judgments(spec: GroupSpec) -> int:
     """Judgments the group's design takes (its distinct, non-empty completions)."""
     entries = len(design(spec.strategy, spec.completions, spec.seed, spec.pivot).entries)
-    return group_judgments(spec.strategy, entries, spec.debias)
+    return group_judgments(spec.strategy, entries, spec.judging.debias)
+
+
+def group_spec(
+    judging: Judging,
+    conversation: tuple[Message, ...],
+    completions: tuple[str, ...],
+    reference: str | None,
+    strategy: Strategy,
+    pivot: int | None,
+) -> GroupSpec:
+    """A group judged with ``judging``, its seed the asked one or one drawn for it."""
+    seed = new_seed() if judging.seed is None else judging.seed
+    return GroupSpec(
+        conversation, completions, reference, strategy, pivot, judging, seed, judging.seed is None
+    )
 
 
 def _check_count(what: str, count: int, limit: int, setting: str) -> None:
@@ -175,41 +193,37 @@ class Limits:
 
     # --- a pair, a batch of pairs -------------------------------------------------------------
 
-    def pair_request(self, ask: PairAsk) -> JudgmentSpec:
-        """The pair's judgment, with the server's defaults for what the ask left unset."""
-        if ask.ablation != "none" and not self.settings.allow_ablations:
+    def judging(self, options: Options) -> Judging:
+        """The options with the server's defaults for what the ask left unset, bounded."""
+        if options.ablation != "none" and not self.settings.allow_ablations:
             raise InvalidRequestError(
-                f"ablation {ask.ablation!r} is for evaluation and this server does not "
+                f"ablation {options.ablation!r} is for evaluation and this server does not "
                 "allow it; start it with REFLECTRM_ALLOW_ABLATIONS=true"
             )
-        return JudgmentSpec(
-            conversation=ask.conversation,
-            responses=ask.responses,
-            mode=ask.mode,
-            num_candidates=ask.num_candidates or self.settings.num_candidates,
-            seed=new_seed() if ask.seed is None else ask.seed,
-            max_tokens=self.max_tokens(ask.max_tokens, ask.mode),
-            ablation=ask.ablation,
+        return Judging(
+            mode=options.mode,
+            debias=options.debias,
+            num_candidates=options.num_candidates or self.settings.num_candidates,
+            max_tokens=self.max_tokens(options.max_tokens, options.mode),
+            seed=options.seed,
+            ablation=options.ablation,
         )
 
+    def pair_request(self, ask: PairAsk) -> JudgmentSpec:
+        """The pair's judgment, with the server's defaults for what the ask left unset."""
+        judging = self.judging(ask.options)
+        seed = new_seed() if judging.seed is None else judging.seed
+        return judging.spec(ask.conversation, ask.responses, seed)
+
     def check_pair(self, ask: PairAsk, request: JudgmentSpec) -> None:
-        self.check_work([(_pair_judgments(ask), _candidates(request), request.max_tokens)])
+        candidates = 1 if request.mode == "single" else request.num_candidates
+        self.check_work([(_pair_judgments(ask), candidates, request.max_tokens)])
 
     def check_batch(self, items: Sequence[PairAsk | FailedItem]) -> None:
         """The batch's size and its pairs' engine work (an item already failed adds none)."""
         s = self.settings
         _check_count("items", len(items), s.max_batch_items, "REFLECTRM_MAX_BATCH_ITEMS")
-        self.check_work(
-            [
-                (
-                    _pair_judgments(a),
-                    1 if a.mode == "single" else (a.num_candidates or s.num_candidates),
-                    a.max_tokens or s.max_tokens,
-                )
-                for a in items
-                if isinstance(a, PairAsk)
-            ]
-        )
+        self.check_work([_asked_work(a, s) for a in items if isinstance(a, PairAsk)])
 
     # --- groups, per-sample calls -------------------------------------------------------------
 
@@ -219,29 +233,28 @@ class Limits:
         _check_count(
             "completions", len(ask.completions), s.max_group_size, "REFLECTRM_MAX_GROUP_SIZE"
         )
-        return GroupSpec(
+        return group_spec(
+            self.judging(ask.options),
             conversation=ask.conversation,
             completions=ask.completions,
             reference=ask.reference,
             strategy=ask.strategy,
             pivot=ask.pivot,
-            mode=ask.mode,
-            debias=ask.debias,
-            num_candidates=ask.num_candidates or s.num_candidates,
-            max_tokens=self.max_tokens(ask.max_tokens, ask.mode),
-            seed=new_seed() if ask.seed is None else ask.seed,
-            seed_drawn=ask.seed is None,
         )
 
     def check_groups(self, specs: Sequence[GroupSpec]) -> None:
         """The engine work of a call's groups, summed."""
-        work = [(_group_judgments(sp), _group_candidates(sp), sp.max_tokens) for sp in specs]
+        work = [
+            (_group_judgments(sp), sp.judging.candidates, sp.judging.max_tokens) for sp in specs
+        ]
         self.check_work(work)
 
     def check_samples(self, count: int) -> None:
         _check_count("samples", count, self.settings.max_batch_items, "REFLECTRM_MAX_BATCH_ITEMS")
 
-    def sample_specs(self, samples: Sequence[SampleAsk], options: SampleOptions) -> list[GroupSpec]:
+    def sample_specs(
+        self, samples: Sequence[SampleAsk], per_sample: SampleOptions
+    ) -> list[GroupSpec]:
         """Each sample as a reference-strategy group of one: its response against its label."""
         self.check_samples(len(samples))
         specs = []
@@ -258,11 +271,7 @@ class Limits:
                 completions=(response,),
                 strategy="reference",
                 reference=label,
-                mode=options.mode,
-                debias=options.debias,
-                num_candidates=options.num_candidates,
-                max_tokens=options.max_tokens,
-                seed=options.seed,
+                options=per_sample.options,
             )
             specs.append(self.group_spec(ask))
         return specs
@@ -287,19 +296,10 @@ class Limits:
                 f"cohort_timeout_s is {timeout_s:g}; this server allows more than 0 and at most "
                 f"{s.max_cohort_timeout_s:g} (REFLECTRM_MAX_COHORT_TIMEOUT_S)"
             )
-        terms = CohortTerms(
-            group_size=ask.group_size,
-            strategy=ask.strategy,
-            mode=ask.mode,
-            debias=ask.debias,
-            num_candidates=ask.num_candidates or s.num_candidates,
-            max_tokens=self.max_tokens(ask.max_tokens, ask.mode),
-            seed=ask.seed,
-            timeout_s=timeout_s,
-        )
-        candidates = 1 if terms.mode == "single" else terms.num_candidates
-        whole = group_judgments(ask.strategy, ask.group_size, ask.debias)
-        self.check_work([(whole, candidates, terms.max_tokens)])
+        judging = self.judging(ask.options)
+        terms = CohortTerms(ask.group_size, ask.strategy, judging, timeout_s)
+        whole = group_judgments(ask.strategy, ask.group_size, judging.debias)
+        self.check_work([(whole, judging.candidates, judging.max_tokens)])
         return terms
 
     # --- the bounds every ask shares ----------------------------------------------------------

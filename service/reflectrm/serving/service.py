@@ -40,7 +40,7 @@ from reflectrm.serving.errors import (
     UnavailableError,
     outcome_of,
 )
-from reflectrm.serving.limits import FLOOR_TEXT, Limits, new_seed, sample_response
+from reflectrm.serving.limits import FLOOR_TEXT, Limits, group_spec, sample_response
 from reflectrm.serving.reuse import How, Reuse
 from reflectrm.serving.swap_checks import SwapChecker, swap_result
 from reflectrm.serving.types import (
@@ -180,7 +180,7 @@ class JudgingService:
     async def judge_pair(self, ask: PairAsk, call: CallContext) -> PairResult:
         """One pair, in one order or both (debias swap, check_swap)."""
         judge = self.require_judge()
-        with self._observed(call, ask.mode):
+        with self._observed(call, ask.options.mode):
             request = self.limits.pair_request(ask)
             self.limits.check_pair(ask, request)
             result, how = await self._cancellable(
@@ -204,7 +204,7 @@ class JudgingService:
             done = await self._cancellable(call, gather_all(work))
             result = BatchResult(tuple(done), self._envelope(judge, call, call.request_id))
             outcomes = [
-                (d.ask.mode, _counted(d.answer.outcome, d.answer.tie))
+                (d.ask.options.mode, _counted(d.answer.outcome, d.answer.tie))
                 if isinstance(d, PairResult)
                 else (d.mode, outcome_of(d.error))
                 for d in done
@@ -215,13 +215,13 @@ class JudgingService:
     async def group_rewards(self, ask: GroupAsk, call: CallContext) -> GroupResult:
         """One reward per completion of a group, by the ask's strategy."""
         judge = self.require_judge()
-        with self._observed(call, ask.mode):
+        with self._observed(call, ask.options.mode):
             spec = self.limits.group_spec(ask)
             self.limits.check_groups([spec])
             result = await self._cancellable(call, self._reused_group(judge, call, spec, ""))
             self._record_many(
                 call,
-                ask.mode,
+                ask.options.mode,
                 spec.strategy,
                 self._group_outcomes(result),
                 result.usage.generated_tokens,
@@ -233,20 +233,20 @@ class JudgingService:
         (without an admission slot) until its cohort closes, then answered with its reward
         from the cohort's one judging (``serving.cohorts``)."""
         judge = self.require_judge()
-        with self._observed(call, ask.mode):
+        with self._observed(call, ask.options.mode):
             seat = self._seat(call, ask)
             result = await self._member(judge, call, seat)
             self._record_member(call, result)
         return result
 
     async def sample_rewards(
-        self, samples: Sequence[SampleAsk], options: SampleOptions, call: CallContext
+        self, samples: Sequence[SampleAsk], per_sample: SampleOptions, call: CallContext
     ) -> list[GroupResult]:
         """Per-sample rewards (OpenRLHF): each sample's response, the query after its prompt, is
         judged against its label as a reference-strategy group of one."""
         judge = self.require_judge()
-        with self._observed(call, options.mode):
-            specs = self.limits.sample_specs(samples, options)
+        with self._observed(call, per_sample.options.mode):
+            specs = self.limits.sample_specs(samples, per_sample)
             self.limits.check_groups(specs)
             groups = [
                 self._reused_group(judge, call, spec, f"-q{k}") for k, spec in enumerate(specs)
@@ -254,32 +254,28 @@ class JudgingService:
             results = await self._cancellable(call, gather_all(groups))
             outcomes = [o for r in results for o in self._group_outcomes(r)]
             tokens = sum(r.usage.generated_tokens for r in results)
-            self._record_many(call, options.mode, "get_reward", outcomes, tokens)
+            self._record_many(call, per_sample.options.mode, "get_reward", outcomes, tokens)
         return results
 
     async def member_rewards(
-        self, samples: Sequence[SampleAsk], options: SampleOptions, call: CallContext
+        self, samples: Sequence[SampleAsk], per_sample: SampleOptions, call: CallContext
     ) -> list[MemberResult]:
         """Per-sample group rewards (OpenRLHF with ``group_size``): each sample's response is a
         member of its prompt's cohort (the prompt's text is the cohort's key), answered as
         ``member_reward`` answers one."""
-        if options.group_size is None:
+        if per_sample.group_size is None:
             raise InvalidRequestError("group rewards per sample need group_size")
         judge = self.require_judge()
-        with self._observed(call, options.mode):
+        with self._observed(call, per_sample.options.mode):
             self.limits.check_samples(len(samples))
             asks = [
                 MemberAsk(
                     conversation=(Message("user", sample.prompt),),
                     completion=sample_response(k, sample),
-                    group_size=options.group_size,
-                    strategy=options.strategy,
-                    mode=options.mode,
-                    debias=options.debias,
-                    num_candidates=options.num_candidates,
-                    max_tokens=options.max_tokens,
-                    seed=options.seed,
-                    cohort_timeout_s=options.cohort_timeout_s,
+                    group_size=per_sample.group_size,
+                    strategy=per_sample.strategy,
+                    options=per_sample.options,
+                    cohort_timeout_s=per_sample.cohort_timeout_s,
                 )
                 for k, sample in enumerate(samples)
             ]
@@ -334,19 +330,8 @@ class JudgingService:
         judge = self.require_judge()
         tenant, conversation = cohort.payload
         terms = cohort.terms
-        spec = GroupSpec(
-            conversation=conversation,
-            completions=tuple(sorted(cohort.texts)),
-            reference=None,
-            strategy=terms.strategy,
-            pivot=None,
-            mode=terms.mode,
-            debias=terms.debias,
-            num_candidates=terms.num_candidates,
-            max_tokens=terms.max_tokens,
-            seed=new_seed() if terms.seed is None else terms.seed,
-            seed_drawn=terms.seed is None,
-        )
+        completions = tuple(sorted(cohort.texts))
+        spec = group_spec(terms.judging, conversation, completions, None, terms.strategy, None)
         call = CallContext(request_id=f"cohort-{cohort.id}", tenant=tenant)
         result = await self._reused_group(judge, call, spec, "")
         outcomes = self._group_outcomes(result)
@@ -392,7 +377,7 @@ class JudgingService:
     @staticmethod
     def _record_member(call: CallContext, result: MemberResult) -> None:
         call.note(
-            mode=result.group.spec.mode,
+            mode=result.group.spec.judging.mode,
             outcome="no_verdict" if result.reward.reward is None else "verdict",
             what="cohort",
             group_id=result.group_id,
@@ -450,8 +435,8 @@ class JudgingService:
             request.num_candidates,
             request.max_tokens,
             request.ablation,
-            ask.seed,
-            ask.debias,
+            ask.options.seed,
+            ask.options.debias,
             ask.check_swap,
         )
 
@@ -490,7 +475,7 @@ class JudgingService:
         self, judge: Judge, call: CallContext, ask: PairAsk, request: JudgmentSpec, suffix: str
     ) -> PairResult:
         judgment, swap = await self._orders(judge, call, request, ask.two_orders, suffix)
-        answer = answer_pair(judgment, swap, ask.debias)
+        answer = answer_pair(judgment, swap, ask.options.debias)
         envelope = self._envelope(judge, call, call.request_id + suffix)
         return PairResult(ask, request, judgment, swap, answer, envelope)
 
@@ -504,7 +489,7 @@ class JudgingService:
             request = self.limits.pair_request(item)
             result, how = await self._reused_pair(judge, call, item, request, suffix)
         except (InvalidRequestError, PromptTooLongError) as exc:
-            return FailedItem(item.mode, exc)
+            return FailedItem(item.options.mode, exc)
         if how == "judged":
             self._offer_swap_check(judge, result)
         return result
@@ -546,17 +531,10 @@ class JudgingService:
         assert text_b is not None  # strategy reference always has a reference
 
         def request(first: str, second: str) -> JudgmentSpec:
-            return JudgmentSpec(
-                conversation=spec.conversation,
-                responses=(first, second),
-                mode=spec.mode,
-                num_candidates=spec.num_candidates,
-                seed=comp.seed,
-                max_tokens=spec.max_tokens,
-            )
+            return spec.judging.spec(spec.conversation, (first, second), comp.seed)
 
         try:
-            if spec.debias == "swap":
+            if spec.judging.debias == "swap":
                 j, s = await self._orders(judge, call, request(text_a, text_b), True, suffix)
                 assert s is not None
                 return Judged(comp, both_orders(j, s), (comp.a, comp.b), (j, s))
@@ -608,7 +586,7 @@ class JudgingService:
     def _record_pair(self, call: CallContext, result: PairResult, how: How) -> None:
         """One pair: its judgment, the swapped-order one if it ran, and the answer's outcome;
         an answer reused from an identical call adds no engine work."""
-        mode, outcome = result.ask.mode, _counted(result.answer.outcome, result.answer.tie)
+        mode, outcome = result.ask.options.mode, _counted(result.answer.outcome, result.answer.tie)
         if result.swap is not None and how == "judged":
             self._count_swap(result.judgment, result.swap)
         self.metrics.observe_request(mode, outcome, call.seconds)
@@ -642,4 +620,5 @@ class JudgingService:
 
     @staticmethod
     def _group_outcomes(result: GroupResult) -> list[tuple[str, str]]:
-        return [(result.spec.mode, _counted(j.answer.outcome, j.answer.tie)) for j in result.judged]
+        mode = result.spec.judging.mode
+        return [(mode, _counted(j.answer.outcome, j.answer.tie)) for j in result.judged]

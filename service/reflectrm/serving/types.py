@@ -1,5 +1,6 @@
 """What the service is asked (a pair, a batch item, a group, per-sample rewards) and what it
-answers, as plain data. ``None`` in an ask means "the server's default"."""
+answers, as plain data. Every ask carries its judging ``Options`` as one value (``None`` in them
+means "the server's default"); after the server's defaults they are a ``Judging``."""
 
 from __future__ import annotations
 
@@ -14,6 +15,51 @@ from reflectrm.serving.reuse import How
 
 
 @dataclass(frozen=True)
+class Options:
+    """How a call asks its pairs to be judged, as one value from the request to the judge:
+    ``None`` is the server's default (``Limits.judging`` fills it in and bounds it)."""
+
+    mode: Mode = defaults.MODE
+    debias: Debias = defaults.PAIR_DEBIAS
+    num_candidates: int | None = None
+    max_tokens: int | None = None
+    seed: int | None = None
+    ablation: Ablation = "none"
+
+
+@dataclass(frozen=True)
+class Judging:
+    """The options after the server's defaults and bounds: what each judgment of the call is
+    judged with. ``seed`` as asked (None: each judgment, or the group, draws one)."""
+
+    mode: Mode
+    debias: Debias
+    num_candidates: int
+    max_tokens: int
+    seed: int | None
+    ablation: Ablation = "none"
+
+    @property
+    def candidates(self) -> int:
+        """Candidates (stage-1 outputs) of one judgment: one greedy output in single mode."""
+        return 1 if self.mode == "single" else self.num_candidates
+
+    def spec(
+        self, conversation: tuple[Message, ...], responses: tuple[str, str], seed: int
+    ) -> JudgmentSpec:
+        """One judgment of two responses, with ``seed`` (the asked one, or one drawn for it)."""
+        return JudgmentSpec(
+            conversation,
+            responses,
+            mode=self.mode,
+            num_candidates=self.num_candidates,
+            seed=seed,
+            max_tokens=self.max_tokens,
+            ablation=self.ablation,
+        )
+
+
+@dataclass(frozen=True)
 class Envelope:
     """What every answer carries besides its result."""
 
@@ -23,6 +69,10 @@ class Envelope:
     template_version: str
 
 
+# Groups, cohorts and OpenRLHF samples are judged in both orders unless asked otherwise.
+GROUP_OPTIONS = Options(debias=defaults.GROUP_DEBIAS)
+
+
 # --- a pair ----------------------------------------------------------------------------------
 
 
@@ -30,20 +80,15 @@ class Envelope:
 class PairAsk:
     conversation: tuple[Message, ...]
     responses: tuple[str, str]
-    mode: Mode = defaults.MODE
-    debias: Debias = defaults.PAIR_DEBIAS
+    options: Options = Options()
     # Also judge the swapped order and report agreement; the answer stays the first order's.
     check_swap: bool = False
-    num_candidates: int | None = None
-    seed: int | None = None
-    max_tokens: int | None = None
-    ablation: Ablation = "none"
     # The caller wants every candidate and reflection back (the service keeps them anyway).
     with_trace: bool = False
 
     @property
     def two_orders(self) -> bool:
-        return self.check_swap or self.debias == "swap"
+        return self.check_swap or self.options.debias == "swap"
 
 
 @dataclass(frozen=True)
@@ -113,11 +158,7 @@ class GroupAsk:
     strategy: Strategy
     reference: str | None = None
     pivot: int | None = None
-    mode: Mode = defaults.MODE
-    debias: Debias = defaults.GROUP_DEBIAS
-    num_candidates: int | None = None
-    max_tokens: int | None = None
-    seed: int | None = None
+    options: Options = GROUP_OPTIONS
 
 
 @dataclass(frozen=True)
@@ -129,11 +170,8 @@ class GroupSpec:
     reference: str | None
     strategy: Strategy
     pivot: int | None
-    mode: Mode
-    debias: Debias
-    num_candidates: int
-    max_tokens: int
-    seed: int
+    judging: Judging
+    seed: int  # the group's: its design's draws, and its comparisons' seeds
     # The caller gave no seed and the service drew it (identical calls are matched without it).
     seed_drawn: bool = False
 
@@ -188,11 +226,7 @@ class MemberAsk:
     # of one prompt share).
     group_id: str | None = None
     strategy: Strategy = defaults.COHORT_STRATEGY
-    mode: Mode = defaults.MODE
-    debias: Debias = defaults.GROUP_DEBIAS
-    num_candidates: int | None = None
-    max_tokens: int | None = None
-    seed: int | None = None
+    options: Options = GROUP_OPTIONS
     cohort_timeout_s: float | None = None
 
 
@@ -227,11 +261,7 @@ class SampleAsk:
 
 @dataclass(frozen=True)
 class SampleOptions:
-    mode: Mode = defaults.MODE
-    debias: Debias = defaults.GROUP_DEBIAS
-    num_candidates: int | None = None
-    max_tokens: int | None = None
-    seed: int | None = None
+    options: Options = GROUP_OPTIONS
     # Cohorts: each sample is a member of its prompt's group of this size (None: each sample
     # judged against its label instead).
     group_size: int | None = None

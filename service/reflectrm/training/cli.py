@@ -1,4 +1,6 @@
-"""``reflectrm train build-data | grpo | check``: the training job's command line.
+"""``reflectrm train ...``: the commands of both recipes, the judge recipe's (``judge``,
+``verdict``, ``ship-judge``, ...: training/judge) and the paper's GRPO recipe's (``build-data``,
+``grpo``, ...: training/grpo).
 
 Wire it into the main CLI with ``add_parser(subparsers)``; the parsed namespace carries
 ``func``, which takes the namespace and returns an exit code. ``main(argv)`` runs it standalone
@@ -17,20 +19,26 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from reflectrm.checkpoints import ARTIFACT_DIR, CheckpointError
+from reflectrm.checkpoints.files import ARTIFACT_DIR, SPLIT_FILE
+from reflectrm.checkpoints.validate import CheckpointError
 from reflectrm.engines import open_engine
 from reflectrm.interrupts import run_command
 from reflectrm.settings import get_settings
-from reflectrm.training.config import load_settings, parse_overrides, typed
-from reflectrm.training.data import BuildConfig, build, rebuild
-from reflectrm.training.sources import load_pairs
+from reflectrm.training.grpo.config import GRPOSettings, load_settings
+from reflectrm.training.grpo.data import BuildConfig, build, rebuild
+from reflectrm.training.grpo.sources import load_pairs
+from reflectrm.training.overrides import make_settings, parse_overrides
 
 log = logging.getLogger("reflectrm.training")
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Register ``train`` with its three commands on an argparse subparsers object."""
-    train = subparsers.add_parser("train", help="build training data, train with GRPO, check")
+    """Register ``train`` with its commands on an argparse subparsers object."""
+    train = subparsers.add_parser(
+        "train",
+        help="train a judge: the recipe of the served judge (judge, verdict, ship-judge, ...) "
+        "or the paper's GRPO recipe (build-data, grpo, ...)",
+    )
     commands = train.add_subparsers(dest="train_command", required=True)
     _add_build(commands)
     _add_grpo(commands)
@@ -150,8 +158,8 @@ def _add_pool(p: Any, split_help: str) -> None:
     p.add_argument(
         "--split",
         type=Path,
-        default=ARTIFACT_DIR / "holdout-split.json",
-        help=f"{split_help} (default: service/reflectrm/artifacts/judge/holdout-split.json)",
+        default=ARTIFACT_DIR / SPLIT_FILE,
+        help=f"{split_help} (default: service/reflectrm/artifacts/judge/{SPLIT_FILE})",
     )
 
 
@@ -327,9 +335,9 @@ async def _build_with_engine(settings: Any, pairs: Any, config: BuildConfig, out
 
 @_friendly
 def run_grpo(args: argparse.Namespace) -> int:
-    from reflectrm.training.grpo import train
+    from reflectrm.training.grpo.train import train
 
-    overrides = parse_overrides(args.overrides)
+    overrides = parse_overrides(args.overrides, GRPOSettings)
     if args.output_dir:
         overrides["output_dir"] = args.output_dir
     cfg = load_settings(args.config, overrides)
@@ -340,19 +348,19 @@ def run_grpo(args: argparse.Namespace) -> int:
 
 @_friendly
 def run_warmup(args: argparse.Namespace) -> int:
-    from reflectrm.training.warmup import WarmupSettings, warmup
+    from reflectrm.training.grpo.warmup import WarmupSettings, warmup
 
     overrides = parse_overrides(args.overrides, WarmupSettings)
     if args.output_dir:
         overrides["output_dir"] = args.output_dir
-    print(warmup(WarmupSettings(**typed(WarmupSettings, overrides)), args.judgments))
+    print(warmup(make_settings(WarmupSettings, overrides), args.judgments))
     return 0
 
 
 @_friendly
 def run_check(args: argparse.Namespace) -> int:
-    from reflectrm.training.check import CheckConfig
-    from reflectrm.training.export import add_evaluation
+    from reflectrm.training.grpo.check import CheckConfig
+    from reflectrm.training.grpo.export import add_evaluation
 
     settings = get_settings(model=args.model or None)
     pairs = load_pairs(args.pairs, limit=args.limit)
@@ -373,7 +381,7 @@ def run_check(args: argparse.Namespace) -> int:
 
 
 async def _check_with_engine(settings: Any, pairs: Any, config: Any) -> dict[str, object]:
-    from reflectrm.training.check import check
+    from reflectrm.training.grpo.check import check
 
     async with open_engine(settings.engine_config()) as engine:
         result = await check(engine, pairs, config)
@@ -382,9 +390,9 @@ async def _check_with_engine(settings: Any, pairs: Any, config: Any) -> dict[str
 
 @_friendly
 def run_judge(args: argparse.Namespace) -> int:
-    from reflectrm.checkpoints import base_model_dir
-    from reflectrm.training.judge import JudgeTrainConfig, train_judge
-    from reflectrm.training.split import (
+    from reflectrm.checkpoints.base import base_model_dir
+    from reflectrm.training.judge.sft import JudgeTrainConfig, train_judge
+    from reflectrm.training.judge.split import (
         make_split,
         read_sources,
         read_split,
@@ -392,9 +400,7 @@ def run_judge(args: argparse.Namespace) -> int:
         write_split,
     )
 
-    config = JudgeTrainConfig.from_dict(
-        typed(JudgeTrainConfig, parse_overrides(args.overrides, JudgeTrainConfig))
-    )
+    config = make_settings(JudgeTrainConfig, parse_overrides(args.overrides, JudgeTrainConfig))
     sources = read_sources(args.data)
     if args.split.is_file():
         split = read_split(args.split)
@@ -419,12 +425,11 @@ def run_judge(args: argparse.Namespace) -> int:
 
 @_friendly
 def run_probe(args: argparse.Namespace) -> int:
-    from reflectrm.checkpoints import base_model_dir
-    from reflectrm.training import probe
-    from reflectrm.training.split import read_sources, read_split, training_pairs
+    from reflectrm.checkpoints.base import base_model_dir
+    from reflectrm.training.judge import probe
+    from reflectrm.training.judge.split import read_sources, read_split, training_pairs
 
-    values = typed(probe.ProbeConfig, parse_overrides(args.overrides, probe.ProbeConfig))
-    config = probe.ProbeConfig(**values)
+    config = make_settings(probe.ProbeConfig, parse_overrides(args.overrides, probe.ProbeConfig))
     split, sources = read_split(args.split), read_sources(args.data)
     pairs = training_pairs(split, sources)
     report = probe.run_probe(
@@ -450,15 +455,16 @@ def run_probe(args: argparse.Namespace) -> int:
 
 @_friendly
 def run_verdict(args: argparse.Namespace) -> int:
-    from reflectrm.checkpoints import base_model_dir
-    from reflectrm.training import verdict
-    from reflectrm.training.split import read_sources, read_split, training_pairs
+    from reflectrm.checkpoints.base import base_model_dir
+    from reflectrm.training.judge import verdict_layer
+    from reflectrm.training.judge.split import read_sources, read_split, training_pairs
 
-    config = verdict.VerdictConfig.from_dict(
-        typed(verdict.VerdictConfig, parse_overrides(args.overrides, verdict.VerdictConfig))
-    )
+    settings = verdict_layer.VerdictConfig
+    config = make_settings(settings, parse_overrides(args.overrides, settings))
     pairs = training_pairs(read_split(args.split), read_sources(args.data))
-    report = verdict.run_verdict(base_model_dir(), args.run, pairs, args.out, config, args.resume)
+    report = verdict_layer.run_verdict(
+        base_model_dir(), args.run, pairs, args.out, config, args.resume
+    )
     if report.get("finished"):
         print(json.dumps({"scale": report["scale"], "development": report["development"]}))
     return 0
@@ -466,7 +472,7 @@ def run_verdict(args: argparse.Namespace) -> int:
 
 @_friendly
 def run_ship(args: argparse.Namespace) -> int:
-    from reflectrm.training.ship import ship_judge
+    from reflectrm.training.judge.ship import ship_judge
 
     heldout = json.loads(args.heldout.read_text()) if args.heldout else None
     manifest = ship_judge(
@@ -486,8 +492,8 @@ def run_ship(args: argparse.Namespace) -> int:
 
 @_friendly
 def run_heldout(args: argparse.Namespace) -> int:
-    from reflectrm.training.heldout import export_heldout
-    from reflectrm.training.split import read_sources, read_split
+    from reflectrm.training.judge.heldout import export_heldout
+    from reflectrm.training.judge.split import read_sources, read_split
 
     n = export_heldout(read_split(args.split), read_sources(args.data), args.out)
     print(f"{n} held-out pairs written to {args.out}")
@@ -497,7 +503,7 @@ def run_heldout(args: argparse.Namespace) -> int:
 @_friendly
 def run_vs_length(args: argparse.Namespace) -> int:
     from reflectrm.datasets import read_pairs
-    from reflectrm.training.heldout import compare_with_length, markdown
+    from reflectrm.training.judge.heldout import compare_with_length, markdown
 
     result = compare_with_length(list(read_pairs(args.pairs)), args.results, args.mode)
     text = markdown(result, args.title)

@@ -364,16 +364,15 @@ class InProcessGroups:
         from reflectrm.api import convert
         from reflectrm.judging.judge import PromptTooLongError
         from reflectrm.serving.context import CallContext
-        from reflectrm.serving.types import PairAsk
+        from reflectrm.serving.types import Options, PairAsk
 
-        ask = PairAsk(
-            conversation=unit.group.conversation,
-            responses=unit.responses,
+        options = Options(
             mode=settings.mode,
             num_candidates=settings.num_candidates,
             seed=unit.seed,
             max_tokens=settings.max_tokens,
         )
+        ask = PairAsk(unit.group.conversation, unit.responses, options)
         started = time.perf_counter()
         try:
             result = await self.service.judge_pair(ask, CallContext(request_id=rid))

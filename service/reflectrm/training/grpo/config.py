@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
+
+from reflectrm.training.overrides import make_settings
 
 DEFAULT_CONFIG = Path(__file__).with_name("grpo_default.yaml")
 
@@ -60,43 +61,10 @@ class GRPOSettings:
         return self.use_vllm in (True, "true")
 
 
-_FIELDS = {f.name: f for f in dataclasses.fields(GRPOSettings)}
-
-
 def load_settings(
     path: Path | None = None, overrides: dict[str, Any] | None = None
 ) -> GRPOSettings:
     """Settings from a YAML file (default: the paper's), then explicit overrides."""
-    raw = yaml.safe_load((path or DEFAULT_CONFIG).read_text()) or {}
-    unknown = set(raw) - set(_FIELDS)
-    if unknown:
-        raise ValueError(f"unknown settings in {path}: {', '.join(sorted(unknown))}")
-    return GRPOSettings(**typed(GRPOSettings, {**raw, **(overrides or {})}))
-
-
-def typed(cls: Any, values: dict[str, Any]) -> dict[str, Any]:
-    """YAML reads ``1e-6`` (no dot) as a string; float fields take it as the number meant."""
-    fields = {f.name: str(f.type) for f in dataclasses.fields(cls)}
-    return {
-        k: float(v) if v is not None and fields.get(k, "").startswith("float") else v
-        for k, v in values.items()
-    }
-
-
-def parse_overrides(pairs: list[str], cls: Any = GRPOSettings) -> dict[str, Any]:
-    """``--set key=value`` strings for the settings dataclass ``cls`` (default: the GRPO job's).
-
-    Each value is read as YAML, so numbers, booleans and null keep their types; an unknown key
-    is an error naming the known ones.
-    """
-    known = sorted(f.name for f in dataclasses.fields(cls))
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep:
-            raise ValueError(f"--set expects key=value, got {pair!r}")
-        key = key.strip()
-        if key not in known:
-            raise ValueError(f"unknown setting {key!r}; known: {', '.join(known)}")
-        out[key] = yaml.safe_load(value)
-    return out
+    path = path or DEFAULT_CONFIG
+    raw = yaml.safe_load(path.read_text()) or {}
+    return make_settings(GRPOSettings, {**raw, **(overrides or {})}, str(path))

@@ -1,13 +1,13 @@
 """``reflectrm train verdict``: an added decoder layer that reads each response where it ends.
 
-The supervised recipe (``judge.py``) teaches the output format in an hour of two CPU cores but,
-at that budget, not the preference. A linear head on the state at the verdict's position
-(``probe.py``) finds little: that state has folded both responses together. The states at the
-two end markers of the judging prompt (``[End of Response 1]``, ``[End of Response 2]``) hold far
-more: a logistic readout of their difference separates better from worse, and it is position-free
-by construction (the same readout scores either slot). This step puts that comparison into the
-judge as one more decoder layer, built, not searched for by gradient descent (which, from a
-random start, did not find the markers in an epoch):
+The supervised step (``sft``) teaches the output format in an hour of two CPU cores but, at
+that budget, not the preference. A linear head on the state at the verdict's position
+(``probe``, tried and not shipped) finds little: that state has folded both responses together.
+The states at the two end markers of the judging prompt (``[End of Response 1]``, ``[End of
+Response 2]``) hold far more: a logistic readout of their difference separates better from
+worse, and it is position-free by construction (the same readout scores either slot). This step
+puts that comparison into the judge as one more decoder layer, built, not searched for by
+gradient descent (which, from a random start, did not find the markers in an epoch):
 
 1. **States, once.** The run's model (base + adapter, merged as the service merges it) reads
    each training pair's judging prompt in both orders followed by the whole target; the
@@ -34,7 +34,7 @@ random start, did not find the markers in an epoch):
    ``slot1_band`` of half the time. The held-out split is measured on the engine
    (``reflectrm eval``), never here.
 
-``judge_artifact.merge_adapter`` adds the layer after the run's adapter is merged
+``checkpoints.artifact.merge_adapter`` adds the layer after the run's adapter is merged
 (``verdict-layer.safetensors``, its index in the metadata, the MLP's zeros made by the merge).
 """
 
@@ -44,28 +44,36 @@ import contextlib
 import hashlib
 import json
 import math
-import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from reflectrm.checkpoints.artifact import pack_sparse
+from reflectrm.checkpoints.files import VERDICT_WEIGHTS
 from reflectrm.datasets import Pair
 from reflectrm.hardware import cpu_name
-from reflectrm.judge_artifact import merge_adapter, pack_sparse
-from reflectrm.training.judge import (
-    resolve_precision,
+from reflectrm.training.judge.figures import VERDICT_REPORT, summarize
+from reflectrm.training.judge.items import (
+    digit_ids,
+    longer_slot,
+    planned_pairs,
+    source_of,
     tokenize_targets,
 )
-from reflectrm.training.probe import digit_ids, longer_slot, planned_pairs, source_of, summarize
-from reflectrm.training.split import prompt_key
+from reflectrm.training.judge.model import (
+    load_model,
+    merge_run,
+    resolve_precision,
+    save_atomically,
+    use_threads,
+)
+from reflectrm.training.judge.split import prompt_key
 
 STATES_DIR = "states"
-REPORT_FILE = "verdict-report.json"
 PLAN_FILE = "verdict-plan.json"
-VERDICT_WEIGHTS = "verdict-layer.safetensors"
 
 
 @dataclass(frozen=True)
@@ -99,17 +107,6 @@ class VerdictConfig:
         keep = ("layers", "precision")
         body = {k: v for k, v in asdict(self).items() if k in keep}
         return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
-
-    @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> VerdictConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"unknown verdict settings: {', '.join(unknown)}")
-        clean = dict(values)
-        if "scales" in clean:
-            clean["scales"] = tuple(float(x) for x in clean["scales"])
-        return cls(**clean)
 
 
 # --- the plan --------------------------------------------------------------------------------
@@ -163,15 +160,6 @@ class _StopForwardError(Exception):
     """Raised by the capture hook: the layers above the kept one need not run."""
 
 
-def _load_model(model_dir: Path) -> Any:
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    model.eval()
-    return model
-
-
 def extract_states(
     model_dir: Path,
     plan: Sequence[dict[str, Any]],
@@ -189,7 +177,7 @@ def extract_states(
     import torch
 
     precision = resolve_precision(config.precision)
-    torch.set_num_threads(config.threads or os.cpu_count() or 1)
+    use_threads(config.threads)
     folder = out / STATES_DIR
     folder.mkdir(parents=True, exist_ok=True)
     saved, seconds_before = _saved(folder)
@@ -202,7 +190,7 @@ def extract_states(
         say(f"states: {have} of {len(plan)} items saved; {len(todo)} to go")
     if not todo:
         return {"items": len(plan), "planned": len(plan), "seconds": seconds_before}
-    model = _load_model(model_dir)
+    model = load_model(model_dir)
     first = model.config.num_hidden_layers - config.layers
     captured: dict[str, Any] = {}
 
@@ -264,17 +252,12 @@ def _check_settings(folder: Path, config: VerdictConfig) -> None:
 
 def _write_shard(folder: Path, states: list[tuple[str, Any]], seconds: float) -> None:
     """One shard: its items' keys, their states and the pass's seconds spent on them."""
-    import torch
 
     numbers = [int(p.stem.split("-")[0]) for p in _shard_paths(folder)]
     number = max(numbers, default=-1) + 1
     path = folder / f"{number:05d}-{len(states):05d}.pt"
-    tmp = path.with_suffix(".tmp")
-    torch.save(
-        {"keys": [k for k, _ in states], "states": [v for _, v in states], "seconds": seconds},
-        tmp,
-    )
-    os.replace(tmp, path)
+    shard = {"keys": [k for k, _ in states], "states": [v for _, v in states], "seconds": seconds}
+    save_atomically(shard, path)
 
 
 def _shard_paths(folder: Path) -> list[Path]:
@@ -643,7 +626,7 @@ def evaluate(
     indices: Sequence[int],
     digits: tuple[int, int],
 ) -> dict[str, Any]:
-    """The decision on ``indices``: accuracy, slot-1 share, both orders (``probe.summarize``),
+    """The decision on ``indices``: accuracy, slot-1 share, both orders (``figures.summarize``),
     the two-way decision loss, and the share of the other target tokens predicted (greedy,
     teacher-forced with the label's decision: the format and the copy)."""
     import torch
@@ -714,12 +697,11 @@ def fit_verdict(
 ) -> dict[str, Any]:
     """The frozen top layers on the saved states, then the added layer built and its scale
     chosen (``build_verdict``); its weights written to ``out/verdict-layer.safetensors``."""
-    import torch
     from safetensors.torch import save_file
     from tqdm import tqdm
 
-    torch.set_num_threads(config.threads or os.cpu_count() or 1)
-    layer = VerdictLayer(_load_model(model_dir), config)
+    use_threads(config.threads)
+    layer = VerdictLayer(load_model(model_dir), config)
     bar = tqdm(states, unit="item", file=sys.stderr, disable=not progress_bar, desc="top layers")
     finals = [layer.final(s) for s in bar]
     figures = build_verdict(layer, finals, items[: len(finals)], tokenizer, config, say)
@@ -751,13 +733,11 @@ def run_verdict(
     from transformers import AutoTokenizer
 
     from reflectrm.engines.chat import ChatRenderer
-    from reflectrm.training.judge import ADAPTER_DIR
 
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
-        model = Path(tmp) / "model"
-        merge_adapter(base_model, run_dir / ADAPTER_DIR, model)
+        model = merge_run(base_model, run_dir, Path(tmp) / "model")
         tokenizer = AutoTokenizer.from_pretrained(model)
         plan = verdict_plan(pairs, ChatRenderer(tokenizer), tokenizer, config)
         plan_path = out / PLAN_FILE
@@ -789,5 +769,5 @@ def run_verdict(
         "cpu": cpu_name(),
         "session_seconds": round(time.monotonic() - started, 1),
     }
-    (out / REPORT_FILE).write_text(json.dumps(report, indent=1) + "\n")
+    (out / VERDICT_REPORT).write_text(json.dumps(report, indent=1) + "\n")
     return report

@@ -1,7 +1,8 @@
 """The shipped default judge: a LoRA adapter in the package, merged into the base model once.
 
 ``artifacts/judge/`` holds what ``reflectrm train judge`` made (``adapter_model.safetensors``,
-``adapter_config.json``), the held-out split it never trained on, and ``manifest.json``: the
+``adapter_config.json``), the verdict layer of ``reflectrm train verdict`` when there is one
+(``verdict-layer.safetensors``), the held-out split it never trained on, and ``manifest.json``: the
 sha256 of every one of those files, of the base model's GGUF file, of the data files, the
 command, seed, steps, wall time, CPU, and the held-out figures. The served checkpoint is built
 from base + adapter into the cache folder once; every hash is checked first, and a file whose
@@ -14,33 +15,25 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-# The checkpoint manifest's file name (models.MANIFEST, which imports this module).
-MANIFEST = "reflectrm-manifest.json"
-
-ARTIFACT_DIR = Path(__file__).parent / "artifacts" / "judge"
-ARTIFACT_MANIFEST = "manifest.json"
-ADAPTER_WEIGHTS = "adapter_model.safetensors"
-ADAPTER_CONFIG = "adapter_config.json"
-# Optional: a linear verdict head (``reflectrm train probe``) written into the output layer.
-PROBE_WEIGHTS = "probe.safetensors"
-# Optional: an added decoder layer (``reflectrm train verdict``): its attention's and norms'
-# weights (its MLP is zero); the file's metadata names its index, the base's layer count.
-VERDICT_WEIGHTS = "verdict-layer.safetensors"
-BUILT_MARKER = "reflectrm-judge-built.json"
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+from reflectrm.checkpoints.dtypes import SHORT, canonical, cast_weights, record_dtype
+from reflectrm.checkpoints.files import (
+    ADAPTER_CONFIG,
+    ADAPTER_WEIGHTS,
+    ARTIFACT_DIR,
+    ARTIFACT_MANIFEST,
+    BUILT_MARKER,
+    MANIFEST,
+    PREPARED_MARKER,
+    PROBE_WEIGHTS,
+    VERDICT_WEIGHTS,
+    building,
+    file_sha256,
+)
 
 
 class ArtifactError(ValueError):
@@ -82,16 +75,16 @@ def check_artifact(artifact: Path, manifest: dict[str, Any], gguf: Path | None) 
             )
 
 
-def judge_dir(cache_dir: Path, manifest: dict[str, Any]) -> Path:
-    """The built checkpoint's folder: named by the artifact's name and a digest of every file it
-    is built from (the adapter, and the verdict head when there is one)."""
+def judge_dir(cache_dir: Path, manifest: dict[str, Any], dtype: str = "float32") -> Path:
+    """The built checkpoint's folder: named by the artifact's name, a digest of every file it is
+    built from (the adapter, and the verdict head when there is one) and its weights' dtype."""
     built_from = sorted(
         (n, h)
         for n, h in manifest["files"].items()
         if n in (ADAPTER_WEIGHTS, PROBE_WEIGHTS, VERDICT_WEIGHTS)
     )
     digest = hashlib.sha256(json.dumps(built_from).encode()).hexdigest()[:12]
-    return cache_dir / "models" / f"{manifest['name']}-{digest}"
+    return cache_dir / "models" / f"{manifest['name']}-{digest}-{SHORT[canonical(dtype)]}"
 
 
 def prepare_judge(
@@ -100,13 +93,16 @@ def prepare_judge(
     prepare_base: Callable[[], Path],
     say: Callable[[str], None] = print,
     artifact: Path = ARTIFACT_DIR,
+    dtype: str = "float32",
 ) -> Path:
-    """The served judge of ``artifact``: built from base + adapter once (``prepare_base`` gives
-    the base checkpoint's folder), its inputs checked each time."""
+    """The served judge of ``artifact`` in ``dtype``: built from base + adapter once
+    (``prepare_base`` gives the float32 base checkpoint's folder; the merge is done in float32,
+    then written in ``dtype``), its inputs checked each time."""
     manifest = read_manifest(artifact)
-    target = judge_dir(cache_dir, manifest)
+    dtype = canonical(dtype)
+    target = judge_dir(cache_dir, manifest, dtype)
     marker = target / BUILT_MARKER
-    if marker.is_file() and json.loads(marker.read_text()) == _record(manifest):
+    if marker.is_file() and json.loads(marker.read_text()) == _record(manifest, dtype):
         # Cheap on every start: the artifact's small files are hashed again, the base's GGUF
         # was hashed when the checkpoint was built and is checked by size.
         check_artifact(artifact, manifest, None)
@@ -116,21 +112,20 @@ def prepare_judge(
     base = prepare_base()
     say(f"building the default judge {manifest['name']} from {base.name} + its adapter ...")
     started = time.monotonic()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        work = Path(tmp) / "model"
-        merge_adapter(base, artifact, work)
+    with building(target) as work:
+        merge_adapter(base, artifact, work, dtype)
         (work / MANIFEST).write_text(json.dumps(_served_manifest(manifest), indent=1))
-        (work / BUILT_MARKER).write_text(json.dumps(_record(manifest)))
-        if target.exists():
-            shutil.rmtree(target)
-        work.rename(target)
+        (work / BUILT_MARKER).write_text(json.dumps(_record(manifest, dtype)))
     say(f"default judge ready at {target} ({time.monotonic() - started:.0f} s)")
     return target
 
 
-def _record(manifest: dict[str, Any]) -> dict[str, Any]:
-    return {"files": manifest["files"], "base_gguf_sha256": manifest["base_model"]["gguf_sha256"]}
+def _record(manifest: dict[str, Any], dtype: str) -> dict[str, Any]:
+    return {
+        "files": manifest["files"],
+        "base_gguf_sha256": manifest["base_model"]["gguf_sha256"],
+        "dtype": dtype,
+    }
 
 
 def _served_manifest(manifest: dict[str, Any]) -> dict[str, Any]:
@@ -146,8 +141,9 @@ def _intact(target: Path) -> bool:
     )
 
 
-def merge_adapter(base: Path, adapter: Path, out: Path) -> None:
-    """Write base + LoRA adapter, merged, as a float32 safetensors checkpoint in ``out``."""
+def merge_adapter(base: Path, adapter: Path, out: Path, dtype: str | None = None) -> None:
+    """Write base + LoRA adapter, merged (in float32), as a safetensors checkpoint in ``out``:
+    in ``dtype``, or (None) in the base's dtype with an added layer in float32."""
     from safetensors.torch import load_file, save_file
 
     config = json.loads((adapter / ADAPTER_CONFIG).read_text())
@@ -167,8 +163,10 @@ def merge_adapter(base: Path, adapter: Path, out: Path) -> None:
     probe = adapter / PROBE_WEIGHTS
     if probe.is_file():
         apply_probe(weights, load_file(str(probe)))
+    if dtype is not None:
+        weights = cast_weights(weights, dtype)
     save_file(weights, str(out / shards[0].name), metadata={"format": "pt"})
-    skip = (MANIFEST, "reflectrm-prepared.json")
+    skip = (MANIFEST, PREPARED_MARKER)
     for item in base.iterdir():
         if item.is_file() and item.suffix != ".safetensors" and item.name not in skip:
             shutil.copy2(item, out / item.name)
@@ -181,6 +179,8 @@ def merge_adapter(base: Path, adapter: Path, out: Path) -> None:
         if added is not None:
             model_config["num_hidden_layers"] = added + 1
         config_path.write_text(json.dumps(model_config, indent=2) + "\n")
+    if dtype is not None:
+        record_dtype(out / "config.json", dtype)
 
 
 def apply_lora(weights: dict[str, Any], lora: dict[str, Any], scale: float) -> int:

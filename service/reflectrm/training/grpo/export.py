@@ -1,6 +1,6 @@
 """Checkpoint export: a Hugging Face-format folder plus the manifest the service checks at load.
 
-``reflectrm.checkpoints.validate_checkpoint`` reads ``reflectrm-manifest.json`` and refuses a
+``checkpoints.validate.validate_checkpoint`` reads ``reflectrm-manifest.json`` and refuses a
 checkpoint whose ``template_version`` differs from the service's; this module writes that file.
 """
 
@@ -12,7 +12,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from reflectrm.checkpoints import MANIFEST, validate_checkpoint
+from reflectrm.checkpoints.files import MANIFEST
+from reflectrm.checkpoints.validate import validate_checkpoint
 
 MANIFEST_FORMAT = 1
 

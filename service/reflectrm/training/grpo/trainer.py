@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from reflectrm.training.export import build_manifest, export_checkpoint
+from reflectrm.training.grpo.export import build_manifest, export_checkpoint
 
 log = logging.getLogger(__name__)
 

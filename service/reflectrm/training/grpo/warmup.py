@@ -18,11 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from reflectrm.checkpoints import default_cache_dir, file_sha256, resolve_model
+from reflectrm.checkpoints.base import default_cache_dir
+from reflectrm.checkpoints.files import file_sha256
+from reflectrm.checkpoints.resolve import resolve_model
 from reflectrm.engines.chat import chat_template_kwargs
 from reflectrm.judging.prompts import get_template, preference_messages
-from reflectrm.training.data import JudgedPair, judged_from_json, read_items
-from reflectrm.training.trainer import (
+from reflectrm.training.grpo.data import JudgedPair, judged_from_json, read_items
+from reflectrm.training.grpo.trainer import (
     METRICS_FILE,
     has_gpu,
     load_model,

@@ -3,8 +3,8 @@
 The artifact folder (service/reflectrm/artifacts/judge for the default judge) gets the adapter's
 two files, the held-out split, and ``manifest.json`` recording the sha256 of each of them, of the
 base model's GGUF file and of every data file, with the run's command, settings, steps, wall
-time and CPU, and the held-out figures when given. ``judge_artifact`` checks all of it before it
-builds the served checkpoint.
+time and CPU, and the held-out figures when given. ``checkpoints.artifact`` checks all of it
+before it builds the served checkpoint.
 """
 
 from __future__ import annotations
@@ -15,19 +15,26 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from reflectrm.checkpoints import DEFAULT_MODEL_NAME, GGUF_NAME, WHEEL, default_cache_dir, find_gguf
-from reflectrm.judge_artifact import (
+from reflectrm.checkpoints.base import (
+    DEFAULT_MODEL_NAME,
+    GGUF_NAME,
+    WHEEL,
+    default_cache_dir,
+    find_gguf,
+)
+from reflectrm.checkpoints.files import (
     ADAPTER_CONFIG,
     ADAPTER_WEIGHTS,
     ARTIFACT_MANIFEST,
     PROBE_WEIGHTS,
+    SPLIT_FILE,
     VERDICT_WEIGHTS,
     file_sha256,
 )
-from reflectrm.training.judge import ADAPTER_DIR, CONFIG_FILE
-from reflectrm.training.split import held_out_keys, read_sources, read_split
-
-SPLIT_FILE = "holdout-split.json"
+from reflectrm.training.judge.figures import PROBE_REPORT, VERDICT_REPORT
+from reflectrm.training.judge.model import ADAPTER_DIR
+from reflectrm.training.judge.sft import CONFIG_FILE, SUMMARY_FILE
+from reflectrm.training.judge.split import held_out_keys, read_sources, read_split
 
 
 def ship_judge(
@@ -44,9 +51,9 @@ def ship_judge(
     """``probe``: a folder of ``reflectrm train probe`` whose verdict head ships with the
     adapter (its file hashed like the others, its report in the manifest); ``verdict``: a
     folder of ``reflectrm train verdict`` whose top layers ship the same way."""
-    summary_path = run / "run-summary.json"
+    summary_path = run / SUMMARY_FILE
     if not summary_path.is_file():
-        raise ValueError(f"{run} has no run-summary.json: the run has not finished")
+        raise ValueError(f"{run} has no {SUMMARY_FILE}: the run has not finished")
     summary = json.loads(summary_path.read_text())
     split = read_split(split_file)
     held_out_keys(split, read_sources(data))  # the data is the data the split names
@@ -99,10 +106,10 @@ def ship_judge(
         "cpu": summary["cpu"],
     }
     if probe is not None:
-        report = json.loads((probe / "probe-report.json").read_text())
+        report = json.loads((probe / PROBE_REPORT).read_text())
         manifest["probe"] = {k: v for k, v in report.items() if k != "by_setting"}
     if verdict is not None:
-        report = json.loads((verdict / "verdict-report.json").read_text())
+        report = json.loads((verdict / VERDICT_REPORT).read_text())
         manifest["verdict"] = report
     if heldout is not None:
         manifest["heldout"] = heldout

@@ -1,6 +1,6 @@
 """``reflectrm train probe``: a linear verdict head fitted in closed form, written into the judge.
 
-The supervised recipe (``judge.py``) teaches the output format in an hour of two CPU cores but,
+The supervised step (``sft``) teaches the output format in an hour of two CPU cores but,
 at that budget, not the preference: its decision loss stays at ln 2. The preference is in the
 network already: a logistic head on the hidden state just before the verdict digit separates
 better from worse responses. This step connects the two without gradient descent through the
@@ -20,7 +20,8 @@ network:
    by ``+v/2`` and ``-v/2``, so the margin at every position becomes ``margin + v . h``. The
    base model ties its output layer to its input embeddings; the merged judge unties them (the
    inputs keep the base embeddings). The artifact stores ``v`` and the two token ids
-   (``probe.safetensors``, 2 KB), and the merge applies it (``judge_artifact.merge_adapter``).
+   (``probe.safetensors``, 2 KB), and the merge applies it
+   (``checkpoints.artifact.merge_adapter``).
 
 The edit acts at every position, not only the decision: where the judge copies its decision
 into the verdict, its own margin is large and the head's (about as large as at the decision)
@@ -30,30 +31,35 @@ does not overturn it; the parse rate measured with enforcement off is what shows
 from __future__ import annotations
 
 import json
-import math
-import os
 import random
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from reflectrm.checkpoints.files import PROBE_WEIGHTS
 from reflectrm.datasets import Pair
-from reflectrm.training.judge import (
-    ADAPTER_DIR,
-    TEMPLATE_VERSION,
-    pair_items,
-    resolve_precision,
+from reflectrm.training.judge.figures import PROBE_REPORT, summarize
+from reflectrm.training.judge.items import (
+    digit_ids,
+    longer_slot,
+    planned_pairs,
+    source_of,
     tokenize_targets,
+)
+from reflectrm.training.judge.model import (
+    load_model,
+    merge_run,
+    resolve_precision,
+    save_atomically,
+    use_threads,
 )
 
 FEATURES_FILE = "features.pt"
 COPY_FEATURES_FILE = "copy-features.pt"
-PROBE_FILE = "probe.safetensors"
-REPORT_FILE = "probe-report.json"
 
 
 @dataclass(frozen=True)
@@ -107,51 +113,6 @@ def probe_plan(
     return plan
 
 
-def planned_pairs(
-    pairs: Sequence[Pair],
-    renderer: Any,
-    tokens: Any,
-    seed: int,
-    max_pairs: int,
-    max_prompt_tokens: int,
-) -> Iterator[tuple[Pair, list[Any]]]:
-    """The pairs of a states pass, in a seeded order, each with its judging items in both orders
-    (``judge.pair_items``): at most ``max_pairs``, those with a prompt longer than
-    ``max_prompt_tokens`` left out."""
-    order = list(pairs)
-    random.Random(seed).shuffle(order)
-    rng = random.Random(seed)
-    used = 0
-    for pair in order:
-        if used >= max_pairs:
-            return
-        items = pair_items(pair, renderer, tokens, TEMPLATE_VERSION, rng, False)
-        if any(len(i.prompt_ids) > max_prompt_tokens for i in items):
-            continue
-        used += 1
-        yield pair, items
-
-
-def source_of(pair_id: str) -> str:
-    """The release a pool pair comes from: its id's first part (``hh-rlhf/harmless-base/...``)."""
-    return pair_id.split("/", 1)[0]
-
-
-def longer_slot(pair: Pair, chosen_at: int) -> int:
-    """The slot of the longer response (by characters) when the chosen one is at ``chosen_at``;
-    0 for equal lengths."""
-    c, r = len(pair.chosen), len(pair.rejected)
-    if c == r:
-        return 0
-    return chosen_at if c > r else 3 - chosen_at
-
-
-def digit_ids(tokenizer: Any) -> tuple[int, int]:
-    tokens = tokenize_targets(tokenizer)
-    d = tokens.decision["preference"]
-    return tokens.targets[("preference", 1)][d], tokens.targets[("preference", 2)][d]
-
-
 def extract_features(
     model_dir: Path,
     pairs: Sequence[Pair],
@@ -164,15 +125,14 @@ def extract_features(
     """The final-norm hidden state and the digit margin at the decision position of every
     planned item, saved in ``out/features.pt`` (resumable)."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     from reflectrm.engines.chat import ChatRenderer
 
     precision = resolve_precision(config.precision)
-    torch.set_num_threads(config.threads or os.cpu_count() or 1)
+    use_threads(config.threads)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    model.eval()
+    model = load_model(model_dir)
     plan = probe_plan(pairs, ChatRenderer(tokenizer), tokenizer, config)
     one, two = digit_ids(tokenizer)
     out.mkdir(parents=True, exist_ok=True)
@@ -212,11 +172,11 @@ def extract_features(
             if bar is not None:
                 bar.update(1)
             if time.monotonic() - last_save >= config.checkpoint_every_s:
-                _save(path, state)
+                save_atomically(state, path)
                 last_save = time.monotonic()
     finally:
         hook.remove()
-        _save(path, state)
+        save_atomically(state, path)
         if bar is not None:
             bar.close()
     return {"items": len(state["items"]), "planned": len(plan), "seconds": state["seconds"]}
@@ -229,7 +189,7 @@ def extract_copy_features(
     (after the decision), for the first ``copy_pairs`` pairs of the plan in both orders, with
     the whole target; saved in ``out/copy-features.pt`` (made once)."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     from reflectrm.engines.chat import ChatRenderer
 
@@ -237,10 +197,9 @@ def extract_copy_features(
     if path.is_file():
         return dict(torch.load(path, weights_only=False))
     precision = resolve_precision(config.precision)
-    torch.set_num_threads(config.threads or os.cpu_count() or 1)
+    use_threads(config.threads)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    model.eval()
+    model = load_model(model_dir)
     tokens = tokenize_targets(tokenizer)
     one, two = digit_ids(tokenizer)
     short = replace(config, max_pairs=config.copy_pairs)
@@ -268,7 +227,7 @@ def extract_copy_features(
     finally:
         hook.remove()
     state = {"hidden": hidden, "margin": margin, "items": len(plan)}
-    _save(path, state)
+    save_atomically(state, path)
     return state
 
 
@@ -281,14 +240,6 @@ def copy_projector(copy_hidden: Any, directions: int) -> Any:
     _, _, vt = torch.linalg.svd(x, full_matrices=False)
     basis = vt[:directions].T
     return torch.eye(x.shape[1], dtype=torch.float64) - basis @ basis.T
-
-
-def _save(path: Path, state: dict[str, Any]) -> None:
-    import torch
-
-    tmp = path.with_suffix(".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
 
 
 # --- the fit ---------------------------------------------------------------------------------
@@ -350,44 +301,6 @@ def evaluate_head(
         {**item, "margin": float(m), "verdict": 1 if float(m) > 0 else 2}
         for item, m in zip(items, z, strict=True)
     ]
-
-
-def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Accuracy (Wilson 95%), slot-1 share, pairs right in both orders, the length heuristic on
-    the same items; per source too."""
-
-    def block(sel: Sequence[dict[str, Any]]) -> dict[str, Any]:
-        n = len(sel)
-        right = sum(1 for r in sel if r["verdict"] == r["label"])
-        by_pair: dict[str, list[bool]] = {}
-        for r in sel:
-            by_pair.setdefault(r["pair_id"], []).append(r["verdict"] == r["label"])
-        both = [all(v) for v in by_pair.values() if len(v) == 2]
-        length = sum(
-            1.0 if r["longer"] == r["label"] else 0.5 if r["longer"] == 0 else 0.0 for r in sel
-        )
-        return {
-            "items": n,
-            "accuracy": right / n if n else math.nan,
-            "accuracy_95": wilson(right, n),
-            "slot1_share": sum(1 for r in sel if r["verdict"] == 1) / n if n else math.nan,
-            "both_orders_right": sum(both) / len(both) if both else math.nan,
-            "length_heuristic": length / n if n else math.nan,
-        }
-
-    out = {"all": block(rows)}
-    for source in sorted({r["source"] for r in rows}):
-        out[source] = block([r for r in rows if r["source"] == source])
-    return out
-
-
-def wilson(k: int, n: int, z: float = 1.96) -> list[float]:
-    if n == 0:
-        return [math.nan, math.nan]
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return [centre - half, centre + half]
 
 
 def fit_probe(out: Path, config: ProbeConfig, say: Callable[[str], None] = print) -> dict[str, Any]:
@@ -467,7 +380,7 @@ def fit_probe(out: Path, config: ProbeConfig, say: Callable[[str], None] = print
             "direction": (config.scale * v).contiguous(),
             "digits": torch.tensor([one, two], dtype=torch.int64),
         },
-        str(out / PROBE_FILE),
+        str(out / PROBE_WEIGHTS),
         metadata={"format": "pt"},
     )
     base = summarize(
@@ -490,7 +403,7 @@ def fit_probe(out: Path, config: ProbeConfig, say: Callable[[str], None] = print
         },
         "digits": [one, two],
     }
-    (out / REPORT_FILE).write_text(json.dumps(report, indent=1) + "\n")
+    (out / PROBE_REPORT).write_text(json.dumps(report, indent=1) + "\n")
     return report
 
 
@@ -506,15 +419,11 @@ def run_probe(
 ) -> dict[str, Any]:
     """Features from the run's merged model (unless ``fit_only``), the copy positions' states
     (once), then the fit. The held-out split is measured on the engine (``reflectrm eval``)."""
-    from reflectrm.judge_artifact import merge_adapter
-
     with tempfile.TemporaryDirectory() as tmp:
         model = Path(tmp) / "model"
 
         def merged() -> Path:
-            if not model.is_dir():
-                merge_adapter(base_model, run_dir / ADAPTER_DIR, model)
-            return model
+            return model if model.is_dir() else merge_run(base_model, run_dir, model)
 
         if not fit_only:
             figures = extract_features(merged(), pairs, out, config, resume=resume, say=say)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from reflectrm.datasets import Pair, pair_to_row
-from reflectrm.training.split import SourcePairs, held_out_pairs
+from reflectrm.training.judge.split import SourcePairs, held_out_pairs
 
 
 def source_label(name: str) -> str:

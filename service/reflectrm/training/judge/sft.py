@@ -29,44 +29,30 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import random
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from reflectrm.datasets import Pair
-from reflectrm.hardware import cpu_has_bf16_matmul, cpu_name
-from reflectrm.judging.prompts import (
-    CRITIQUE_VERDICTS,
-    RESPONSE_VERDICTS,
-    TEMPLATE_VERSION,
-    get_template,
-    preference_chat,
-    reflection_chat,
+from reflectrm.hardware import cpu_name
+from reflectrm.judging.prompts import TEMPLATE_VERSION
+from reflectrm.training.judge.items import Item, pair_items, tokenize_targets
+from reflectrm.training.judge.model import (
+    ADAPTER_DIR,
+    resolve_precision,
+    save_atomically,
+    use_threads,
 )
 
 STATE_FILE = "state.pt"
 LOG_FILE = "train-log.jsonl"
 CONFIG_FILE = "run-config.json"
-ADAPTER_DIR = "adapter"
-
-
-def analysis_text(kind: str, winner: int) -> str:
-    """The analysis the judge is trained to write: its conclusion first, in one sentence."""
-    if kind == "preference":
-        return f"Response {winner} is the better answer to the user."
-    return f"Critique {winner} reaches the right conclusion about the two responses."
-
-
-def target_text(kind: str, winner: int) -> str:
-    """The whole output after the generation prompt (the end of turn is added as a token)."""
-    verdicts = RESPONSE_VERDICTS if kind == "preference" else CRITIQUE_VERDICTS
-    analysis = analysis_text(kind, winner)
-    return f"<Analysis>{analysis}</Analysis>\n<Result>{verdicts[winner - 1]}</Result>"
+# Written when a run finishes: what ``ship`` reads.
+SUMMARY_FILE = "run-summary.json"
 
 
 @dataclass(frozen=True)
@@ -106,99 +92,6 @@ class JudgeTrainConfig:
         skip = {"checkpoint_every_s", "threads"}
         body = {k: v for k, v in asdict(self).items() if k not in skip}
         return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
-
-    @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> JudgeTrainConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"unknown judge training settings: {', '.join(unknown)}")
-        clean = dict(values)
-        if "lora_targets" in clean:
-            clean["lora_targets"] = tuple(clean["lora_targets"])
-        return cls(**clean)
-
-
-def resolve_precision(precision: str) -> str:
-    if precision == "auto":
-        return "bf16" if cpu_has_bf16_matmul() else "f32"
-    if precision not in ("bf16", "f32"):
-        raise ValueError(f"precision must be auto, bf16 or f32, not {precision!r}")
-    return precision
-
-
-# --- items -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Item:
-    """One training sequence: prompt ids, target ids, where the decision token is."""
-
-    pair_id: str
-    kind: str  # preference | reflection
-    label: int  # the slot of the preferred response (or critique)
-    prompt_ids: tuple[int, ...]
-    target_ids: tuple[int, ...]
-    decision: int  # index in target_ids of the token that names the winner
-    other_id: int  # the token the decision would be for the other slot
-
-
-@dataclass
-class Tokenized:
-    """Targets tokenized once: per kind and winner, and the decision position per kind."""
-
-    targets: dict[tuple[str, int], tuple[int, ...]] = field(default_factory=dict)
-    decision: dict[str, int] = field(default_factory=dict)
-
-
-def tokenize_targets(tokenizer: Any) -> Tokenized:
-    eos = tokenizer.eos_token_id
-    if eos is None:
-        raise ValueError("the tokenizer has no end-of-turn token to end the target with")
-    out = Tokenized()
-    for kind in ("preference", "reflection"):
-        for winner in (1, 2):
-            ids = tokenizer.encode(target_text(kind, winner), add_special_tokens=False)
-            out.targets[(kind, winner)] = (*ids, eos)
-        a, b = out.targets[(kind, 1)], out.targets[(kind, 2)]
-        first = next(i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y)
-        out.decision[kind] = first
-    return out
-
-
-def pair_items(
-    pair: Pair,
-    renderer: Any,
-    tokens: Tokenized,
-    template_version: str,
-    rng: random.Random,
-    with_reflection: bool,
-) -> list[Item]:
-    """A pair in both orders (and, with ``with_reflection``, its reflection item in both
-    critique orders, the responses in one random order)."""
-    template = get_template(template_version)
-    items: list[Item] = []
-    for chosen_at in (1, 2):
-        responses, gold = pair.present(chosen_at)
-        chat = preference_chat(template, pair.conversation, *responses)
-        items.append(_item(pair.id, "preference", gold, renderer.render(chat).token_ids, tokens))
-    if with_reflection:
-        responses, gold = pair.present(1 if rng.random() < 0.5 else 2)
-        right = analysis_text("preference", gold)
-        wrong = analysis_text("preference", 3 - gold)
-        for right_at in (1, 2):
-            critiques = (right, wrong) if right_at == 1 else (wrong, right)
-            chat = reflection_chat(template, pair.conversation, *responses, *critiques)
-            ids = renderer.render(chat).token_ids
-            items.append(_item(pair.id, "reflection", right_at, ids, tokens))
-    return items
-
-
-def _item(pair_id: str, kind: str, label: int, prompt: Sequence[int], t: Tokenized) -> Item:
-    target = t.targets[(kind, label)]
-    d = t.decision[kind]
-    other = t.targets[(kind, 3 - label)][d]
-    return Item(pair_id, kind, label, tuple(prompt), target, d, other)
 
 
 def plan_steps(
@@ -325,8 +218,7 @@ def train_judge(
     from reflectrm.engines.chat import ChatRenderer
 
     precision = resolve_precision(config.precision)
-    threads = config.threads or os.cpu_count() or 1
-    torch.set_num_threads(threads)
+    threads = use_threads(config.threads)
     output_dir.mkdir(parents=True, exist_ok=True)
     state_path = output_dir / STATE_FILE
     config_path = output_dir / CONFIG_FILE
@@ -424,7 +316,7 @@ def train_judge(
         "plan": counts,
         "config": asdict(config),
     }
-    (output_dir / "run-summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    (output_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=1) + "\n")
     say(f"adapter written to {adapter_dir} ({progress.seconds:.0f} s of training)")
     return summary
 
@@ -494,18 +386,12 @@ def _load_trainable(model: Any, state: dict[str, Any]) -> None:
 
 def _save_state(path: Path, model: Any, optimizer: Any, progress: Progress) -> None:
     """Atomically: a run stopped while writing keeps its previous checkpoint."""
-    import torch
-
-    tmp = path.with_suffix(".tmp")
-    torch.save(
-        {
-            "adapter": _trainable_state(model),
-            "optimizer": optimizer.state_dict(),
-            "progress": asdict(progress),
-        },
-        tmp,
-    )
-    os.replace(tmp, path)
+    state = {
+        "adapter": _trainable_state(model),
+        "optimizer": optimizer.state_dict(),
+        "progress": asdict(progress),
+    }
+    save_atomically(state, path)
 
 
 def _trim_log(path: Path, step: int) -> None:

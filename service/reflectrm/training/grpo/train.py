@@ -8,13 +8,15 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from reflectrm.checkpoints import default_cache_dir, file_sha256, resolve_model
+from reflectrm.checkpoints.base import default_cache_dir
+from reflectrm.checkpoints.files import file_sha256
+from reflectrm.checkpoints.resolve import resolve_model
 from reflectrm.engines.chat import chat_template_kwargs
 from reflectrm.judging.prompts import get_template
-from reflectrm.training.config import GRPOSettings
-from reflectrm.training.data import STATS_FILE, read_items, refit
-from reflectrm.training.rewards import format_reward, verdict_reward
-from reflectrm.training.trainer import (
+from reflectrm.training.grpo.config import GRPOSettings
+from reflectrm.training.grpo.data import STATS_FILE, read_items, refit
+from reflectrm.training.grpo.rewards import format_reward, verdict_reward
+from reflectrm.training.grpo.trainer import (
     METRICS_FILE,
     has_gpu,
     load_model,

@@ -1,0 +1,78 @@
+"""What the engine loads for a model setting: the shipped judge, the embedded base model, a
+checked checkpoint folder, or a hub id."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+from reflectrm.checkpoints.artifact import ArtifactError, is_judge_artifact, prepare_judge
+from reflectrm.checkpoints.base import default_cache_dir, find_gguf, prepare_default_model
+from reflectrm.checkpoints.files import ARTIFACT_DIR
+from reflectrm.checkpoints.validate import CheckpointError, validate_checkpoint
+
+log = logging.getLogger(__name__)
+
+# The model setting that names the shipped judge (artifacts/judge: the embedded base model with
+# the adapter the project's own training job made), built on first use.
+DEFAULT_MODEL = "default"
+# The model setting that names the embedded SmolLM2-135M-Instruct as it ships, untrained.
+BASE_MODEL = "base"
+
+
+def prepare_default_judge(
+    cache_dir: Path | None = None,
+    say: Callable[[str], None] = print,
+    artifact: Path = ARTIFACT_DIR,
+    dtype: str = "float32",
+) -> Path:
+    """The shipped judge in ``dtype``, built from the base model and its adapter once
+    (``artifact``)."""
+    cache_dir = cache_dir or default_cache_dir()
+    try:
+        path = prepare_judge(
+            cache_dir,
+            find_gguf(cache_dir, say),
+            lambda: prepare_default_model(cache_dir, say),
+            say,
+            artifact,
+            dtype,
+        )
+    except ArtifactError as exc:
+        raise CheckpointError(str(exc)) from None
+    validate_checkpoint(path)
+    return path
+
+
+def builds_checkpoint(model: str) -> bool:
+    """Whether ``resolve_model`` builds what it serves for ``model`` (and so needs its dtype):
+    the default judge, the base model, or a shipped artifact folder."""
+    return model in (DEFAULT_MODEL, BASE_MODEL) or is_judge_artifact(Path(model).expanduser())
+
+
+def resolve_model(
+    model: str, cache_dir: Path, template_version: str | None, dtype: str = "float32"
+) -> str:
+    """What the engine loads: the shipped judge, the prepared base model, a checked folder, or
+    a hub id. A checkpoint built here (the first two, or a shipped artifact folder) is built in
+    ``dtype``, the one the engine serves it in (float32 for training and tokenizers)."""
+    if model in (DEFAULT_MODEL, BASE_MODEL):
+        say = lambda m: log.info("%s", m)  # noqa: E731
+        if model == DEFAULT_MODEL and is_judge_artifact(ARTIFACT_DIR):
+            path = prepare_default_judge(cache_dir, say, ARTIFACT_DIR, dtype)
+        else:
+            path = prepare_default_model(cache_dir, say, dtype)
+        validate_checkpoint(path, template_version)
+        return str(path)
+    local = Path(model).expanduser()
+    if is_judge_artifact(local):
+        # An adapter shipped by `reflectrm train ship-judge`: built into the cache like the
+        # default judge, every hash checked.
+        path = prepare_default_judge(cache_dir, lambda m: log.info("%s", m), local, dtype)
+        validate_checkpoint(path, template_version)
+        return str(path)
+    if local.exists() or model.startswith((".", "/", "~")):
+        validate_checkpoint(local, template_version)
+        return str(local.resolve())
+    return model  # a Hugging Face hub id, for users who are online

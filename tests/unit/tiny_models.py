@@ -1,0 +1,69 @@
+"""Tiny Llama checkpoints for the unit tests of the checkpoints and the judge recipe: the real
+architecture with random weights (seeded), made in seconds; and the questions they judge."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+# Pairs whose better answer a reader sees at once: (question, better, worse).
+QUESTIONS = [
+    ("What is the capital of France?", "Paris.", "Berlin."),
+    ("What is 2 + 2?", "4", "5"),
+    ("Name a primary colour.", "Red.", "Green tea."),
+    ("Is the sun a star?", "Yes.", "No, a planet."),
+    ("Spell cat backwards.", "tac", "cta"),
+    ("How many legs has a spider?", "Eight.", "Six."),
+    ("Is water wet?", "Yes.", "Never."),
+    ("What colour is the sky?", "Blue.", "Plaid."),
+]
+
+
+def save_tiny_llama(
+    folder: Path,
+    vocab_size: int,
+    *,
+    hidden_size: int,
+    layers: int = 1,
+    heads: int = 2,
+    kv_heads: int = 1,
+    tokenizer: Any = None,
+    **config: Any,
+) -> Path:
+    """A Llama with tied embeddings and an MLP twice its width, weights drawn after
+    ``torch.manual_seed(0)``, saved in ``folder`` (with ``tokenizer``, when given)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    model_config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        tie_word_embeddings=True,
+        **config,
+    )
+    LlamaForCausalLM(model_config).save_pretrained(folder)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(folder)
+    return folder
+
+
+def save_tiny_judge(folder: Path, tokenizer: Any, layers: int) -> Path:
+    """A tiny Llama with the default model's tokenizer (and chat template): what the judge
+    recipe's steps train and read in the tests; its logits have room to move (the frozen tied
+    embeddings set them)."""
+    return save_tiny_llama(
+        folder,
+        len(tokenizer),
+        hidden_size=32,
+        layers=layers,
+        heads=4,
+        kv_heads=2,
+        tokenizer=tokenizer,
+        max_position_embeddings=2048,
+        initializer_range=0.3,
+    )
