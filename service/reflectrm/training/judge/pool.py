@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from reflectrm.datasets import Pair
-from reflectrm.training.judge_states import Item, both_orders, interleave, read_file_pairs
-from reflectrm.training.split import prompt_key
+from reflectrm.training.judge.states import Item, both_orders, interleave, read_file_pairs
+from reflectrm.training.judge.split import prompt_key
 
 LICENCES = {
     "helpsteer2_ratings_pairs": "CC-BY-4.0",
@@ -192,7 +192,7 @@ def build_plan(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m reflectrm.training.judge_pool --data F... --benchmark F... --model M --out D``:
+    """``python -m reflectrm.training.judge.pool --data F... --benchmark F... --model M --out D``:
     writes the plan once (kept on resume) and runs the states pass."""
     import argparse
     import json
@@ -201,7 +201,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from reflectrm.engines.chat import ChatRenderer
     from reflectrm.judging.prompts import get_template, preference_chat
-    from reflectrm.training.judge_states import (
+    from reflectrm.training.judge.states import (
         LEAD,
         PLAN,
         StatesConfig,

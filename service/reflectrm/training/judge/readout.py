@@ -10,7 +10,7 @@ it is shorter weigh the same, and each source weighs ``source_weights`` (default
 
 Scored by length-balanced accuracy (the mean of accuracy over pairs whose better response is
 longer and over pairs where it is shorter) with a bootstrap interval, on the development split
-and on the benchmark samples. ``python -m reflectrm.training.judge_readout --states DIR
+and on the benchmark samples. ``python -m reflectrm.training.judge.readout --states DIR
 [--states DIR2] --out FILE``.
 """
 
@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from reflectrm.training.judge_states import load_plan, load_states
+from reflectrm.training.judge.states import load_plan, load_states
 
 
 def pair_features(
