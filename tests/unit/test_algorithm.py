@@ -346,3 +346,27 @@ def test_ablations():
     j = run(eng, req(num_candidates=4, ablation="random_anchor", seed=0))
     assert j.trace.anchor in (0, 1, 2, 3)
     assert len(j.trace.reflections) == 3
+
+
+def test_identical_analyses_per_verdict_give_the_vote_not_reflection():
+    # Stage 1 votes 3 to 5 for Response 2 with one fixed sentence per verdict: reflection would
+    # compare texts that differ in the verdict alone, so the reply is the vote, 3/8 and 5/8 (the
+    # reflections, which always prefer Critique 1, would otherwise have overturned it).
+    gens = [judgment(1, "Response 1 is the better answer.", conf_logprobs(-0.1))] * 3
+    gens += [judgment(2, "Response 2 is the better answer.", conf_logprobs(-0.2))] * 5
+    eng = ScriptedEngine(stage1=gens, reflect=lambda c1, c2: 1)
+    j = run(eng, req())
+    assert (j.winner, j.votes, j.scores) == (2, (3, 5), (0.375, 0.625))
+    assert j.early_exit
+    assert len(eng.calls) == 1  # no reflection was sent
+
+
+def test_analyses_that_differ_within_a_verdict_are_reflected_on():
+    # One analysis differs (whitespace and the response it names do not count as differences).
+    gens = [judgment(1, "Response 1 is the better answer.", conf_logprobs(-0.1))] * 3
+    gens += [judgment(2, "Response 2 is the  better answer.", conf_logprobs(-0.2))] * 4
+    gens += [judgment(2, "Response 2 names the boiling time.", conf_logprobs(-0.3))]
+    eng = ScriptedEngine(stage1=gens, reflect=lambda c1, c2: 1)
+    j = run(eng, req())
+    assert not j.early_exit
+    assert len(eng.reflection_calls) == 7

@@ -23,7 +23,9 @@ class JudgeConfig:
     # With enforce_format, the analysis's bound in characters, so that outputs end in a verdict
     # within max_tokens. None: max_tokens minus VERDICT_RESERVE_TOKENS (see judge.py).
     max_analysis_chars: int | None = None
-    # Skip reflection when every parsed stage-1 verdict agrees: it could not change the result.
+    # Skip reflection when every parsed stage-1 verdict agrees (it could not change the result)
+    # or every analysis is one text up to the response it names (it could only echo a position:
+    # the reply is then the stage-1 vote, never more certain than it).
     early_exit: bool = True
     # Pass each request's seed to the engine, so that stage 1 is reproducible.
     seeded_sampling: bool = True

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import random
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -126,7 +127,7 @@ class Judge:
         base = self.engine.render_chat([{"role": "user", "content": "q\n"}]).num_tokens
 
         def tokens(verdict: str) -> int:
-            content = "q\n" + shortest_output(verdict)
+            content = "q\n" + shortest_output(verdict, self.template.decision_first)
             return self.engine.render_chat([{"role": "user", "content": content}]).num_tokens
 
         return {
@@ -169,7 +170,7 @@ class Judge:
         bound = self.config.max_analysis_chars
         if bound is None:
             bound = max(1, max_tokens - VERDICT_RESERVE_TOKENS)
-        return output_regex(verdicts, bound)
+        return output_regex(verdicts, bound, self.template.decision_first)
 
     # --- the judgment -------------------------------------------------------------------------
 
@@ -246,6 +247,10 @@ class Judge:
     ) -> Judgment:
         if self.config.early_exit and len({c.verdict for c in parsed}) == 1:
             return _vote_all(request, candidates, parsed, usage, early_exit=True)
+        if self.config.early_exit and request.ablation == "none" and same_analyses(parsed):
+            # Reflection would compare texts that differ in their verdict alone: it can only
+            # echo the prompt's position, so the reply is the vote it would otherwise overturn.
+            return _vote_all(request, candidates, parsed, usage, early_exit=True)
         rng = random.Random(request.seed)
         if request.ablation == "random_anchor":
             anchor = rng.choice(parsed)
@@ -320,6 +325,14 @@ class Judge:
         return tuple(reflections), usage
 
 
+def same_analyses(parsed: Sequence[Candidate]) -> bool:
+    """Whether every candidate's analysis is one text, up to which response it names (a judge
+    that writes one fixed sentence per verdict): its reflections would have nothing to compare
+    but the verdicts themselves."""
+    texts = {" ".join(_NAMED.sub(r"\1 #", c.analysis).split()) for c in parsed}
+    return len(texts) == 1
+
+
 def choose_anchor(parsed: Sequence[Candidate]) -> Candidate:
     """Highest confidence; ties go to the lowest index."""
     return max(parsed, key=lambda c: (c.confidence, -c.index))
@@ -332,6 +345,9 @@ def majority(verdicts: Sequence[int]) -> int | None:
     if ones == twos:
         return None
     return 1 if ones > twos else 2
+
+
+_NAMED = re.compile(r"\b(Response|Critique)\s*[12]\b")
 
 
 def _candidate(index: int, g: Generation) -> Candidate:

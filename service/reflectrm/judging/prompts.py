@@ -331,21 +331,44 @@ def reflection_messages(
     return as_text(chat)
 
 
-def shortest_output(verdict: str) -> str:
-    """The shortest output ``output_regex`` admits with ``verdict``: a one-character analysis,
-    the tags and the verdict sentence. Its length in a model's tokens is the least
-    ``max_tokens`` in which that output can end in a verdict."""
-    return f"<Analysis>x</Analysis>\n<Result>{verdict}</Result>"
+def shortest_output(verdict: str, decision_first: bool = False) -> str:
+    """The shortest output ``output_regex`` admits with ``verdict``: a one-character analysis
+    (or the decision alone), the tags and the verdict sentence. Its length in a model's tokens
+    is the least ``max_tokens`` in which that output can end in a verdict."""
+    analysis = decision_lead(verdict) if decision_first else "x"
+    return f"<Analysis>{analysis}</Analysis>\n<Result>{verdict}</Result>"
 
 
-def output_regex(verdicts: tuple[str, str], max_analysis_chars: int | None) -> str:
+def decision_lead(verdict: str) -> str:
+    """What a decision-first analysis begins with for ``verdict``: "Response 1 is better"."""
+    return verdict.split(" than ")[0]
+
+
+def output_regex(
+    verdicts: tuple[str, str], max_analysis_chars: int | None, decision_first: bool = False
+) -> str:
     """The output format for structured decoding: an analysis (no '<'), then one verdict.
+
+    With ``decision_first`` the analysis begins with its decision ("Response 1 is better") and
+    the verdict is the one that decision names: the first digit the judge writes is its verdict.
 
     Bounding the analysis in characters bounds it in tokens for ASCII text (each token is at
     least one byte), so outputs almost always end in a verdict within ``max_tokens``. Not always:
     a non-ASCII character can take several byte-level tokens, and the grammar admits unusual
     tokenizations of the forced tags; such cut outputs count as parse failures.
     """
+    if decision_first:
+
+        def rest(lead: str) -> str:  # the analysis's bound counts its lead
+            if max_analysis_chars is None:
+                return "[^<]*"
+            return f"[^<]{{0,{max(0, max_analysis_chars - len(lead))}}}"
+
+        tied = "|".join(
+            f"{decision_lead(v)}{rest(decision_lead(v))}</Analysis>\\n<Result>{v}"
+            for v in verdicts
+        )
+        return f"<Analysis>({tied})</Result>"
     body = "[^<]*" if max_analysis_chars is None else f"[^<]{{1,{max_analysis_chars}}}"
     choices = "|".join(verdicts)  # plain words and spaces: nothing to escape
     return f"<Analysis>{body}</Analysis>\\n<Result>({choices})</Result>"
