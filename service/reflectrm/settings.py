@@ -390,7 +390,8 @@ class Settings(BaseSettings):
         "base model are built in it (a folder per dtype), so vLLM loads them as stored.",
     )
     max_model_len: int | None = Field(
-        _ENGINE.max_model_len, description="Context length; defaults to the model's own."
+        _ENGINE.max_model_len,
+        description="Context length; defaults to the model's own (on the CPU at most 8,192 tokens).",
     )
     kv_cache_gib: float = Field(
         _ENGINE.kv_cache_gib,

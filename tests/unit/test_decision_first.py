@@ -17,19 +17,21 @@ REGEX = output_regex(RESPONSE_VERDICTS, 60, decision_first=True)
 
 
 def test_the_lead_names_the_verdict():
-    ok = "<Analysis>Response 2 is better: it gives the time.</Analysis>\n<Result>Response 2 is better than Response 1</Result>"
+    ok = "<Analysis>Response 2 is better because it gives the time.</Analysis>\n<Result>Response 2 is better than Response 1</Result>"
     assert re.fullmatch(REGEX, ok)
 
 
-def test_a_verdict_that_contradicts_the_lead_is_not_admitted():
-    bad = "<Analysis>Response 2 is better: it gives the time.</Analysis>\n<Result>Response 1 is better than Response 2</Result>"
+def test_a_verdict_that_contradicts_the_lead_or_a_bare_lead_is_not_admitted():
+    bare = "<Analysis>Response 2 is better than Response 1</Analysis>\n<Result>Response 2 is better than Response 1</Result>"
+    assert not re.fullmatch(REGEX, bare)
+    bad = "<Analysis>Response 2 is better because it gives the time.</Analysis>\n<Result>Response 1 is better than Response 2</Result>"
     assert not re.fullmatch(REGEX, bad)
     no_lead = "<Analysis>It gives the time.</Analysis>\n<Result>Response 2 is better than Response 1</Result>"
     assert not re.fullmatch(REGEX, no_lead)
 
 
 def test_the_bound_counts_the_lead():
-    lead = "Response 1 is better"
+    lead = "Response 1 is better because"
     fits = f"<Analysis>{lead}{'x' * (60 - len(lead))}</Analysis>\n<Result>{RESPONSE_VERDICTS[0]}</Result>"
     over = f"<Analysis>{lead}{'x' * (61 - len(lead))}</Analysis>\n<Result>{RESPONSE_VERDICTS[0]}</Result>"
     assert re.fullmatch(REGEX, fits) and not re.fullmatch(REGEX, over)

@@ -41,8 +41,11 @@ class ArtifactError(ValueError):
 
 
 def is_judge_artifact(folder: Path) -> bool:
-    """A folder holding an adapter and its manifest (not a full checkpoint)."""
-    return (folder / ARTIFACT_MANIFEST).is_file() and (folder / ADAPTER_WEIGHTS).is_file()
+    """A folder holding an adapter or an added verdict layer, and its manifest (not a full
+    checkpoint)."""
+    return (folder / ARTIFACT_MANIFEST).is_file() and (
+        (folder / ADAPTER_WEIGHTS).is_file() or (folder / VERDICT_WEIGHTS).is_file()
+    )
 
 
 def read_manifest(artifact: Path = ARTIFACT_DIR) -> dict[str, Any]:
@@ -146,18 +149,19 @@ def merge_adapter(base: Path, adapter: Path, out: Path, dtype: str | None = None
     in ``dtype``, or (None) in the base's dtype with an added layer in float32."""
     from safetensors.torch import load_file, save_file
 
-    config = json.loads((adapter / ADAPTER_CONFIG).read_text())
-    if config.get("use_rslora") or config.get("use_dora") or config.get("fan_in_fan_out"):
-        raise ArtifactError("only plain LoRA adapters (no rsLoRA, DoRA, fan_in_fan_out) merge")
-    scale = float(config["lora_alpha"]) / float(config["r"])
-    lora = load_file(str(adapter / ADAPTER_WEIGHTS))
     out.mkdir(parents=True, exist_ok=True)
     shards = sorted(base.glob("*.safetensors"))
     if len(shards) != 1:
         raise ArtifactError(f"{base} has {len(shards)} weight files; one is expected")
     weights = load_file(str(shards[0]))
-    if apply_lora(weights, lora, scale) == 0:
-        raise ArtifactError(f"{adapter / ADAPTER_WEIGHTS} holds no LoRA weights")
+    if (adapter / ADAPTER_WEIGHTS).is_file():
+        config = json.loads((adapter / ADAPTER_CONFIG).read_text())
+        if config.get("use_rslora") or config.get("use_dora") or config.get("fan_in_fan_out"):
+            raise ArtifactError("only plain LoRA adapters (no rsLoRA, DoRA, fan_in_fan_out) merge")
+        scale = float(config["lora_alpha"]) / float(config["r"])
+        lora = load_file(str(adapter / ADAPTER_WEIGHTS))
+        if apply_lora(weights, lora, scale) == 0:
+            raise ArtifactError(f"{adapter / ADAPTER_WEIGHTS} holds no LoRA weights")
     verdict = adapter / VERDICT_WEIGHTS
     added = add_layer(weights, verdict) if verdict.is_file() else None
     probe = adapter / PROBE_WEIGHTS
@@ -178,6 +182,10 @@ def merge_adapter(base: Path, adapter: Path, out: Path, dtype: str | None = None
             model_config["tie_word_embeddings"] = False
         if added is not None:
             model_config["num_hidden_layers"] = added + 1
+            if isinstance(model_config.get("layer_types"), list):  # one entry per layer
+                model_config["layer_types"] = model_config["layer_types"][:added] + [
+                    "full_attention"
+                ]
         config_path.write_text(json.dumps(model_config, indent=2) + "\n")
     if dtype is not None:
         record_dtype(out / "config.json", dtype)

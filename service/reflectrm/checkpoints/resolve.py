@@ -7,7 +7,13 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from reflectrm.checkpoints.artifact import ArtifactError, is_judge_artifact, prepare_judge
+from reflectrm.checkpoints.artifact import (
+    ArtifactError,
+    is_judge_artifact,
+    prepare_judge,
+    read_manifest,
+)
+from reflectrm.checkpoints.backbones import BACKBONES, assemble_gguf, prepare_backbone
 from reflectrm.checkpoints.base import default_cache_dir, find_gguf, prepare_default_model
 from reflectrm.checkpoints.files import ARTIFACT_DIR
 from reflectrm.checkpoints.validate import CheckpointError, validate_checkpoint
@@ -31,14 +37,23 @@ def prepare_default_judge(
     (``artifact``)."""
     cache_dir = cache_dir or default_cache_dir()
     try:
-        path = prepare_judge(
-            cache_dir,
-            find_gguf(cache_dir, say),
-            lambda: prepare_default_model(cache_dir, say),
-            say,
-            artifact,
-            dtype,
-        )
+        base_name = read_manifest(artifact).get("base_model", {}).get("name")
+        backbone = BACKBONES.get(str(base_name))
+        if backbone is None:  # the embedded SmolLM2-135M-Instruct, merged in float32
+            gguf = find_gguf(cache_dir, say)
+            path = prepare_judge(
+                cache_dir, gguf, lambda: prepare_default_model(cache_dir, say), say, artifact, dtype
+            )
+        else:  # a backbone assembled from its wheels, converted in the served dtype
+            gguf = assemble_gguf(backbone, cache_dir, say)
+            path = prepare_judge(
+                cache_dir,
+                gguf,
+                lambda: prepare_backbone(backbone, cache_dir, say, dtype),
+                say,
+                artifact,
+                dtype,
+            )
     except ArtifactError as exc:
         raise CheckpointError(str(exc)) from None
     validate_checkpoint(path)

@@ -52,6 +52,24 @@ def served_dtype(config: EngineConfig) -> str:
     return str(current_platform.supported_dtypes[0]).removeprefix("torch.")
 
 
+# The context served on the CPU when the model's own is longer and none is set: a whole prompt
+# is prefilled in one step there (chunked prefill off, field-notes), and longer prompts would
+# take minutes each on a few cores.
+CPU_CONTEXT = 8192
+
+
+def _own_context(model_path: str) -> int | None:
+    """The context a local checkpoint declares (config.json), or None (a hub id, no field)."""
+    import json
+    from pathlib import Path
+
+    config = Path(model_path) / "config.json"
+    if not config.is_file():
+        return None
+    value = json.loads(config.read_text()).get("max_position_embeddings")
+    return int(value) if isinstance(value, int) else None
+
+
 def engine_kwargs(config: EngineConfig) -> dict[str, Any]:
     """vLLM's engine arguments for a resolved config, with working defaults for a small CPU
     machine: the in-process engine and ``vllm serve`` replicas (``vllm_serve_args``) share them."""
@@ -80,8 +98,11 @@ def engine_kwargs(config: EngineConfig) -> dict[str, Any]:
         chunked = config.enable_chunked_prefill
         kwargs["enable_chunked_prefill"] = False if chunked is None else chunked
         if not kwargs["enable_chunked_prefill"]:
-            # Without chunking a whole prompt must fit in one scheduler step.
-            kwargs["max_num_batched_tokens"] = max(config.max_model_len or 8192, 8192)
+            # Without chunking a whole prompt must fit in one scheduler step; a model whose own
+            # context is longer (Qwen2.5's 32,768) is served with CPU_CONTEXT unless told.
+            if config.max_model_len is None:
+                kwargs["max_model_len"] = min(_own_context(model_path) or CPU_CONTEXT, CPU_CONTEXT)
+            kwargs["max_num_batched_tokens"] = max(kwargs["max_model_len"], CPU_CONTEXT)
     else:
         kwargs["gpu_memory_utilization"] = config.gpu_memory_utilization
         if config.enable_chunked_prefill is not None:

@@ -335,13 +335,14 @@ def shortest_output(verdict: str, decision_first: bool = False) -> str:
     """The shortest output ``output_regex`` admits with ``verdict``: a one-character analysis
     (or the decision alone), the tags and the verdict sentence. Its length in a model's tokens
     is the least ``max_tokens`` in which that output can end in a verdict."""
-    analysis = decision_lead(verdict) if decision_first else "x"
+    analysis = decision_lead(verdict) + " x" if decision_first else "x"
     return f"<Analysis>{analysis}</Analysis>\n<Result>{verdict}</Result>"
 
 
 def decision_lead(verdict: str) -> str:
-    """What a decision-first analysis begins with for ``verdict``: "Response 1 is better"."""
-    return verdict.split(" than ")[0]
+    """What a decision-first analysis begins with for ``verdict``: "Response 1 is better
+    because" (the format then holds the judge to a reason, not the bare verdict)."""
+    return verdict.split(" than ")[0] + " because"
 
 
 def output_regex(
@@ -349,8 +350,8 @@ def output_regex(
 ) -> str:
     """The output format for structured decoding: an analysis (no '<'), then one verdict.
 
-    With ``decision_first`` the analysis begins with its decision ("Response 1 is better") and
-    the verdict is the one that decision names: the first digit the judge writes is its verdict.
+    With ``decision_first`` the analysis begins with its decision ("Response 1 is better
+    because") and the verdict is the one that decision names: the first digit the judge writes is its verdict.
 
     Bounding the analysis in characters bounds it in tokens for ASCII text (each token is at
     least one byte), so outputs almost always end in a verdict within ``max_tokens``. Not always:

@@ -313,3 +313,73 @@ def build_layer(bb: Backbone, parts: Mapping[str, Any], config: LayerConfig) -> 
         p + "self_attn.v_proj.bias": v_b,
         p + "self_attn.o_proj.weight": o_w,
     }
+
+
+def write_artifact(
+    out: Path,
+    report: dict[str, Any],
+    model_path: Path,
+    config: LayerConfig,
+    pool_info: Mapping[str, Any],
+    command: str,
+    name: str,
+) -> Path:
+    """The judge artifact: the added layer (stored sparse) and a manifest naming the backbone
+    (its wheels, GGUF hash, upstream and licence), the template, the data with their licences
+    and the split, the fit's development figures and the command."""
+    from safetensors.torch import save_file
+
+    from reflectrm.checkpoints.artifact import pack_sparse
+    from reflectrm.checkpoints.backbones import BACKBONES
+    from reflectrm.checkpoints.files import ARTIFACT_MANIFEST, VERDICT_WEIGHTS, file_sha256
+
+    bb = Backbone(model_path)
+    layer = build_layer(bb, report["parts"], config)
+    out.mkdir(parents=True, exist_ok=True)
+    save_file(pack_sparse(layer), str(out / VERDICT_WEIGHTS),
+              metadata={"format": "pt", "added_layer": str(bb.layers)})
+    prepared = json.loads((model_path / "reflectrm-prepared.json").read_text())
+    backbone = next(b for b in BACKBONES.values() if b.gguf_sha256 == prepared["gguf_sha256"])
+    used = sorted(config.sources) if config.sources else sorted(pool_info["pool"])
+    licences = sorted({pool_info["pool"][s]["licence"] for s in used})
+    manifest = {
+        "name": name,
+        "template_version": "v3",
+        "requires": {"enforce_format": True},
+        "base_model": {
+            "name": backbone.name,
+            "upstream": backbone.upstream,
+            "licence": backbone.licence,
+            "source": [req for req, _ in backbone.pins],
+            "gguf_sha256": backbone.gguf_sha256,
+            "gguf_size": backbone.gguf_size,
+        },
+        "files": {VERDICT_WEIGHTS: file_sha256(out / VERDICT_WEIGHTS)},
+        "data": [
+            {"file": f"{s}.jsonl.gz", "sha256": pool_info["pool"][s]["sha256"],
+             "licence": pool_info["pool"][s]["licence"]}
+            for s in used
+        ],
+        "data_licences": licences,
+        "split": {
+            "unit": "prompt (a seeded hash of the conversation)",
+            **{k: pool_info["config"][k] for k in ("seed", "heldout_fraction", "dev_fraction")},
+            "sources": {s: {k: v for k, v in info.items() if k != "licence"}
+                        for s, info in pool_info["pool"].items()},
+        },
+        "fit": {k: report[k] for k in ("chosen", "development", "development_by_source",
+                                        "marker_separation", "train_items", "dev_items")},
+        "command": command,
+    }
+    (out / ARTIFACT_MANIFEST).write_text(json.dumps(manifest, indent=1, default=_plain) + "\n")
+    return out
+
+
+def _plain(x: Any) -> Any:
+    import numpy as np
+
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    raise TypeError(type(x))

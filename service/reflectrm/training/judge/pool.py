@@ -219,6 +219,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--limit-pairs", type=int)
     ap.add_argument("--max-prompt-tokens", type=int, default=1024)
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--worker", default="0/1", help="k/n: this process reads pairs k mod n")
     args = ap.parse_args(argv)
     config = PoolConfig()
     states = StatesConfig(max_prompt_tokens=args.max_prompt_tokens, threads=args.threads)
@@ -247,7 +248,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for group in BENCH_GROUPS:
         for p, _r in bench_pairs(args.benchmark, group):
             named[f"{group}/{p.id}"] = p
-    print(run_pass(items, named, args.model, args.out, states))
+    k, n = (int(x) for x in args.worker.split("/"))
+    print(run_pass(items, named, args.model, args.out, states, worker=(k, n)))
     return 0
 
 

@@ -31,6 +31,7 @@ import hashlib
 import json
 import os
 import random
+import signal
 import sys
 import time
 from collections.abc import Iterable, Sequence
@@ -242,12 +243,13 @@ class Reader:
         return out
 
 
-def write_shard(out_dir: Path, records: dict[str, Any], meta: dict[str, Any]) -> None:
+def write_shard(out_dir: Path, records: dict[str, Any], meta: dict[str, Any], worker: int = 0) -> None:
+    """One shard of a worker's items (workers of one pass write shards of their own names)."""
     import numpy as np
 
     folder = out_dir / SHARDS
     folder.mkdir(parents=True, exist_ok=True)
-    numbers = [int(p.stem.split("-")[1]) for p in folder.glob("shard-*.npz")]
+    numbers = [int(p.stem.split("-")[-1]) for p in folder.glob("shard-*.npz") if ".tmp" not in p.name]
     n = max(numbers, default=-1) + 1
     arrays: dict[str, Any] = {}
     index: dict[str, Any] = {}
@@ -258,10 +260,11 @@ def write_shard(out_dir: Path, records: dict[str, Any], meta: dict[str, Any]) ->
             arrays[f"mid{k}"] = rec["mid"].astype(np.float32)
             entry["array"] = k
         index[name] = entry
-    tmp = folder / f"shard-{n:05d}.tmp.npz"
-    np.savez(tmp, **arrays)
-    (folder / f"shard-{n:05d}.json").write_text(json.dumps({"meta": meta, "items": index}))
-    os.replace(tmp, folder / f"shard-{n:05d}.npz")
+    stem = f"shard-w{worker}-{n:05d}" if worker else f"shard-{n:05d}"
+    tmp = folder / f"{stem}.tmp"
+    np.savez(tmp, **arrays)  # numpy appends .npz
+    (folder / f"{stem}.json").write_text(json.dumps({"meta": meta, "items": index}))
+    os.replace(folder / f"{stem}.tmp.npz", folder / f"{stem}.npz")
 
 
 def done_names(out_dir: Path) -> set[str]:
@@ -301,8 +304,11 @@ def run_pass(
     config: StatesConfig,
     *,
     limit_s: float | None = None,
+    worker: tuple[int, int] = (0, 1),
 ) -> dict[str, Any]:
-    """Reads every planned item not yet saved; returns counts. Stops after ``limit_s``."""
+    """Reads every planned item not yet saved (of the pairs ``k`` mod ``n`` for ``worker`` =
+    (k, n), so that n processes share a pass); returns counts. Stops after ``limit_s``, or at
+    SIGINT / SIGTERM with what was read saved."""
     out_dir.mkdir(parents=True, exist_ok=True)
     reader = Reader(model_path, config)
     meta = {"model": model_path.rstrip("/").split("/")[-1], "fingerprint": reader.fingerprint,
@@ -312,28 +318,36 @@ def run_pass(
     for it in plan:
         if it.name not in done:
             todo.setdefault((it.source, it.pair_id), []).append(it)
+    k_of, n_of = worker
+    todo = {key: its for i, (key, its) in enumerate(todo.items()) if i % n_of == k_of}
+    shard_worker = k_of + 1 if n_of > 1 else 0
     started = last = time.monotonic()
     pending: dict[str, Any] = {}
-    rng = random.Random(config.seed)
-    total = len(todo)
-    tokens = 0
-    for k, ((source, pid), items) in enumerate(todo.items()):
-        rec = reader.read(pairs[f"{source}/{pid}"], items, rng)
-        tokens += sum(r.get("tokens", 0) for r in rec.values() if "top" in r)
-        pending.update(rec)
-        now = time.monotonic()
-        if now - last >= config.checkpoint_every_s or k == total - 1:
-            write_shard(out_dir, pending, meta)
-            pending = {}
-            last = now
-            rate = tokens / max(now - started, 1e-9)
-            print(f"states: {k + 1}/{total} pairs, {tokens} tokens, {rate:.0f} tokens/s",
-                  file=sys.stderr, flush=True)
-        if limit_s is not None and now - started > limit_s:
-            break
+    rng = random.Random(config.seed + k_of)
+    read = tokens = 0
+    # A pass started in the background (SIGINT ignored) still stops cleanly on SIGINT/SIGTERM.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        for (source, pid), items in todo.items():
+            rec = reader.read(pairs[f"{source}/{pid}"], items, rng)
+            tokens += sum(r.get("tokens", 0) for r in rec.values() if "top" in r)
+            pending.update(rec)
+            read += 1
+            now = time.monotonic()
+            if now - last >= config.checkpoint_every_s:
+                write_shard(out_dir, pending, meta, shard_worker)
+                pending, last = {}, now
+                rate = tokens / max(now - started, 1e-9)
+                print(f"states: {read}/{len(todo)} pairs, {tokens} tokens, {rate:.0f} tokens/s",
+                      file=sys.stderr, flush=True)
+            if limit_s is not None and now - started > limit_s:
+                break
+    except KeyboardInterrupt:
+        print("states: stopped; what was read is saved", file=sys.stderr, flush=True)
     if pending:
-        write_shard(out_dir, pending, meta)
-    return {"pairs": total, "tokens": tokens, "seconds": time.monotonic() - started}
+        write_shard(out_dir, pending, meta, shard_worker)
+    return {"pairs": read, "of": len(todo), "tokens": tokens, "seconds": time.monotonic() - started}
 
 
 def load_plan(out_dir: Path) -> list[Item]:
