@@ -49,7 +49,18 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     _add_verdict(commands)
     _add_ship(commands)
     _add_heldout(commands)
+    _add_marker_recipe(commands)
     return train
+
+
+def _add_marker_recipe(commands: Any) -> None:
+    """The recipe of the served judge: a states pass, readouts, the marker layer, its split."""
+    from reflectrm.training.judge import marker_layer, pool, readout
+
+    pool.add_states_parser(commands)
+    pool.add_split_parser(commands)
+    readout.add_parser(commands)
+    marker_layer.add_parser(commands)
 
 
 def _add_build(commands: Any) -> None:

@@ -191,10 +191,75 @@ def build_plan(
     return items, named
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m reflectrm.training.judge.pool --data F... --benchmark F... --model M --out D``:
-    writes the plan once (kept on resume) and runs the states pass."""
-    import argparse
+def _pool_arguments(ap: Any) -> None:
+    ap.add_argument("--data", type=Path, action="append", required=True,
+                    help="a training-pool file (repeat): ../shared/data/train/*.jsonl.gz")
+    ap.add_argument("--benchmark", type=Path, action="append", default=[],
+                    help="a benchmark file (repeat): its prompts are dropped from the pool, and "
+                    "the states pass samples its groups")
+
+
+def add_states_parser(commands: Any) -> None:
+    p = commands.add_parser(
+        "states",
+        help="the judge recipe's states pass: a frozen backbone reads the pool's training and "
+        "development pairs and benchmark samples in both orders (resumable)",
+    )
+    _pool_arguments(p)
+    p.add_argument("--model", required=True, help="the backbone's checkpoint folder")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--plan-from", type=Path, help="reuse another pass's plan")
+    p.add_argument("--limit-pairs", type=int, help="only the plan's first N pairs")
+    p.add_argument("--max-prompt-tokens", type=int, default=1024)
+    p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--worker", default="0/1", help="k/n: this process reads pairs k mod n")
+    p.set_defaults(func=run_states)
+
+
+def add_split_parser(commands: Any) -> None:
+    p = commands.add_parser(
+        "pool-split",
+        help="write one role of the judge recipe's split (heldout, dev, train) as a pairs file "
+        "`reflectrm eval` reads",
+    )
+    _pool_arguments(p)
+    p.add_argument("--role", choices=("heldout", "dev", "train"), default="heldout")
+    p.add_argument("--cap", action="append", default=[],
+                   help="SOURCE=N: at most N pairs of a source (a seeded sample), repeatable")
+    p.add_argument("--out", type=Path, required=True)
+    p.set_defaults(func=run_split)
+
+
+def run_split(args: Any) -> int:
+    import gzip
+    import json
+
+    from reflectrm.datasets import pair_to_row
+
+    config = PoolConfig()
+    pool = read_pool(args.data, args.benchmark, config)
+    caps = {k: int(v) for k, v in (c.split("=", 1) for c in args.cap)}
+    rng = random.Random(config.seed)
+    rows = []
+    for source in sorted(pool.sources):
+        pairs = pool.of(source, args.role)
+        if source in caps and len(pairs) > caps[source]:
+            pairs = rng.sample(pairs, caps[source])
+        for p in pairs:
+            row = pair_to_row(p)
+            row["source"] = source
+            rows.append(row)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    opener = gzip.open if args.out.suffix == ".gz" else open
+    with opener(args.out, "wt") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    print(f"{len(rows)} {args.role} pairs written to {args.out}")
+    print(json.dumps(pool.sources, indent=1))
+    return 0
+
+
+def run_states(args: Any) -> int:
     import json
 
     from transformers import AutoTokenizer
@@ -210,17 +275,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         save_plan,
     )
 
-    ap = argparse.ArgumentParser(prog="judge_pool")
-    ap.add_argument("--data", type=Path, action="append", required=True)
-    ap.add_argument("--benchmark", type=Path, action="append", default=[])
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--plan-from", type=Path, help="reuse another pass's plan (its first --limit-pairs pairs)")
-    ap.add_argument("--limit-pairs", type=int)
-    ap.add_argument("--max-prompt-tokens", type=int, default=1024)
-    ap.add_argument("--threads", type=int, default=0)
-    ap.add_argument("--worker", default="0/1", help="k/n: this process reads pairs k mod n")
-    args = ap.parse_args(argv)
     config = PoolConfig()
     states = StatesConfig(max_prompt_tokens=args.max_prompt_tokens, threads=args.threads)
     pool = read_pool(args.data, args.benchmark, config)
@@ -239,7 +293,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return len(renderer.render(chat).token_ids) + lead <= states.max_prompt_tokens
 
             items, _ = build_plan(pool, args.benchmark, config, fits)
-            info = {"pool": pool.sources, "config": {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in config.__dict__.items()}}
+            info = {"pool": pool.sources, "config": {
+                k: (dict(v) if isinstance(v, Mapping) else v) for k, v in config.__dict__.items()
+            }}
         if args.limit_pairs:
             items = items[: 2 * args.limit_pairs]
         save_plan(args.out, items, info)
@@ -251,6 +307,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     k, n = (int(x) for x in args.worker.split("/"))
     print(run_pass(items, named, args.model, args.out, states, worker=(k, n)))
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m reflectrm.training.judge.pool`` = ``reflectrm train states``."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="reflectrm train states")
+    commands = ap.add_subparsers(dest="c")
+    add_states_parser(commands)
+    args = ap.parse_args(["states", *(argv if argv is not None else __import__("sys").argv[1:])])
+    return int(args.func(args))
 
 
 if __name__ == "__main__":

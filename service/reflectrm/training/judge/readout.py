@@ -156,17 +156,22 @@ def readouts(state_dirs: Sequence[Path], *, penalties: Sequence[float] = (1e-4, 
     return report
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    import argparse
+def add_parser(commands: Any) -> None:
+    p = commands.add_parser(
+        "readouts",
+        help="position-free frozen-feature readouts of one or more states passes, scored "
+        "length-balanced on the development split and the benchmark samples",
+    )
+    p.add_argument("--states", type=Path, action="append", required=True)
+    p.add_argument("--out", type=Path, required=True, help="the report (JSON)")
+    p.add_argument("--train-source", action="append", help="fit on these sources only")
+    p.set_defaults(func=run)
 
-    ap = argparse.ArgumentParser(prog="judge_readout")
-    ap.add_argument("--states", type=Path, action="append", required=True)
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--train-source", action="append")
-    args = ap.parse_args(argv)
+
+def run(args: Any) -> int:
     rep = readouts(args.states, train_sources=args.train_source)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(rep, indent=1))
+    args.out.write_text(json.dumps(rep, indent=1) + "\n")
     for model, r in rep.items():
         for layer in ("top", "mid"):
             if layer not in r:
@@ -178,7 +183,3 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
                 print(model, layer, pen, line)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
