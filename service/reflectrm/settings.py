@@ -391,7 +391,9 @@ class Settings(BaseSettings):
     )
     max_model_len: int | None = Field(
         _ENGINE.max_model_len,
-        description="Context length; defaults to the model's own (on the CPU at most 8,192 tokens).",
+        description=(
+            "Context length; defaults to the model's own (on the CPU at most 8,192 tokens)."
+        ),
     )
     kv_cache_gib: float = Field(
         _ENGINE.kv_cache_gib,

@@ -34,7 +34,8 @@ def test_the_bound_counts_the_lead():
     lead = "Response 1 is better because"
     fits = f"<Analysis>{lead}{'x' * (60 - len(lead))}</Analysis>\n<Result>{RESPONSE_VERDICTS[0]}</Result>"
     over = f"<Analysis>{lead}{'x' * (61 - len(lead))}</Analysis>\n<Result>{RESPONSE_VERDICTS[0]}</Result>"
-    assert re.fullmatch(REGEX, fits) and not re.fullmatch(REGEX, over)
+    assert re.fullmatch(REGEX, fits)
+    assert not re.fullmatch(REGEX, over)
 
 
 def test_the_shortest_output_is_the_decision_alone_and_admitted():
@@ -47,6 +48,8 @@ def test_the_shortest_output_is_the_decision_alone_and_admitted():
 def test_v3_keeps_v2s_shared_prefix_and_asks_for_the_decision_first():
     v2, v3 = get_template("v2"), get_template("v3")
     shared = v2.preference.split("# Task")[0]
-    assert v3.preference.startswith(shared) and v3.reflection.startswith(shared)
-    assert v3.decision_first and not v2.decision_first
+    assert v3.preference.startswith(shared)
+    assert v3.reflection.startswith(shared)
+    assert v3.decision_first
+    assert not v2.decision_first
     assert 'begin it with "Response 1 is better"' in v3.preference

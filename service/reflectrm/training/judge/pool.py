@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from reflectrm.datasets import Pair
-from reflectrm.training.judge.states import Item, both_orders, interleave, read_file_pairs
 from reflectrm.training.judge.split import prompt_key
+from reflectrm.training.judge.states import Item, both_orders, interleave, read_file_pairs
 
 LICENCES = {
     "helpsteer2_ratings_pairs": "CC-BY-4.0",
@@ -111,7 +111,8 @@ class Pool:
 
     def of(self, source: str, role: str) -> list[Pair]:
         return [
-            p for key, p in self.pairs.items()
+            p
+            for key, p in self.pairs.items()
             if key.startswith(source + "/") and self.roles[key] == role
         ]
 
@@ -133,8 +134,11 @@ def read_pool(paths: Sequence[Path], benchmarks: Sequence[Path], config: PoolCon
             role = role_of(pair, config)
             pairs[key], roles[key] = pair, role
             counts[role] += 1
-        sources[name] = {"sha256": file_sha256(path), "licence": LICENCES.get(name, "unknown"),
-                         **counts}
+        sources[name] = {
+            "sha256": file_sha256(path),
+            "licence": LICENCES.get(name, "unknown"),
+            **counts,
+        }
     return Pool(pairs, roles, sources)
 
 
@@ -192,11 +196,21 @@ def build_plan(
 
 
 def _pool_arguments(ap: Any) -> None:
-    ap.add_argument("--data", type=Path, action="append", required=True,
-                    help="a training-pool file (repeat): ../shared/data/train/*.jsonl.gz")
-    ap.add_argument("--benchmark", type=Path, action="append", default=[],
-                    help="a benchmark file (repeat): its prompts are dropped from the pool, and "
-                    "the states pass samples its groups")
+    ap.add_argument(
+        "--data",
+        type=Path,
+        action="append",
+        required=True,
+        help="a training-pool file (repeat): ../shared/data/train/*.jsonl.gz",
+    )
+    ap.add_argument(
+        "--benchmark",
+        type=Path,
+        action="append",
+        default=[],
+        help="a benchmark file (repeat): its prompts are dropped from the pool, and "
+        "the states pass samples its groups",
+    )
 
 
 def add_states_parser(commands: Any) -> None:
@@ -224,8 +238,12 @@ def add_split_parser(commands: Any) -> None:
     )
     _pool_arguments(p)
     p.add_argument("--role", choices=("heldout", "dev", "train"), default="heldout")
-    p.add_argument("--cap", action="append", default=[],
-                   help="SOURCE=N: at most N pairs of a source (a seeded sample), repeatable")
+    p.add_argument(
+        "--cap",
+        action="append",
+        default=[],
+        help="SOURCE=N: at most N pairs of a source (a seeded sample), repeatable",
+    )
     p.add_argument("--out", type=Path, required=True)
     p.set_defaults(func=run_split)
 
@@ -293,9 +311,13 @@ def run_states(args: Any) -> int:
                 return len(renderer.render(chat).token_ids) + lead <= states.max_prompt_tokens
 
             items, _ = build_plan(pool, args.benchmark, config, fits)
-            info = {"pool": pool.sources, "config": {
-                k: (dict(v) if isinstance(v, Mapping) else v) for k, v in config.__dict__.items()
-            }}
+            info = {
+                "pool": pool.sources,
+                "config": {
+                    k: (dict(v) if isinstance(v, Mapping) else v)
+                    for k, v in config.__dict__.items()
+                },
+            }
         if args.limit_pairs:
             items = items[: 2 * args.limit_pairs]
         save_plan(args.out, items, info)

@@ -46,8 +46,11 @@ def pair_features(
     return {k: v for k, v in halves.items() if len(v) == 2}
 
 
-def length_weights(keys: Sequence[tuple[str, str]], longer: Mapping[tuple[str, str], bool | None],
-                   source_weights: Mapping[str, float] | None = None) -> list[float]:
+def length_weights(
+    keys: Sequence[tuple[str, str]],
+    longer: Mapping[tuple[str, str], bool | None],
+    source_weights: Mapping[str, float] | None = None,
+) -> list[float]:
     """Each source's longer-better and shorter-better pairs weigh half its weight each; pairs of
     equal length weigh as one of the smaller stratum's pairs."""
     count: dict[tuple[str, Any], int] = defaultdict(int)
@@ -69,18 +72,18 @@ def fit_logistic(x: Any, y: Any, weights: Any, penalty: float, offset: Any = Non
     """Weighted L2-penalised logistic regression without intercept (LBFGS, float64)."""
     import torch
 
-    X = torch.as_tensor(x, dtype=torch.float64)
-    Y = torch.as_tensor(y, dtype=torch.float64)
-    W = torch.as_tensor(weights, dtype=torch.float64)
-    W = W / W.sum()
-    off = torch.zeros_like(Y) if offset is None else torch.as_tensor(offset, dtype=torch.float64)
-    w = torch.zeros(X.shape[1], dtype=torch.float64, requires_grad=True)
+    xs = torch.as_tensor(x, dtype=torch.float64)
+    ys = torch.as_tensor(y, dtype=torch.float64)
+    ws = torch.as_tensor(weights, dtype=torch.float64)
+    ws = ws / ws.sum()
+    off = torch.zeros_like(ys) if offset is None else torch.as_tensor(offset, dtype=torch.float64)
+    w = torch.zeros(xs.shape[1], dtype=torch.float64, requires_grad=True)
     opt = torch.optim.LBFGS([w], max_iter=500, tolerance_grad=1e-9, line_search_fn="strong_wolfe")
 
     def closure() -> Any:
         opt.zero_grad()
-        z = X @ w + off
-        loss = (W * torch.nn.functional.softplus(-Y * z)).sum() + penalty * (w * w).sum()
+        z = xs @ w + off
+        loss = (ws * torch.nn.functional.softplus(-ys * z)).sum() + penalty * (w * w).sum()
         loss.backward()
         return loss
 
@@ -88,8 +91,9 @@ def fit_logistic(x: Any, y: Any, weights: Any, penalty: float, offset: Any = Non
     return w.detach().numpy()
 
 
-def length_balanced(correct: Sequence[float], longer: Sequence[bool | None], *, seed: int = 0,
-                    draws: int = 2000) -> dict[str, Any]:
+def length_balanced(
+    correct: Sequence[float], longer: Sequence[bool | None], *, seed: int = 0, draws: int = 2000
+) -> dict[str, Any]:
     """Accuracy, both strata and their mean with a bootstrap 95% interval (pairs resampled
     within each stratum); pairs of equal length count in plain accuracy only."""
     import numpy as np
@@ -98,9 +102,15 @@ def length_balanced(correct: Sequence[float], longer: Sequence[bool | None], *, 
     lon = np.asarray([x is True for x in longer])
     sho = np.asarray([x is False for x in longer])
     a, b = c[lon], c[sho]
-    out: dict[str, Any] = {"pairs": len(c), "accuracy": float(c.mean()) if len(c) else None,
-                           "better_longer": {"pairs": int(lon.sum()), "accuracy": float(a.mean()) if len(a) else None},
-                           "better_shorter": {"pairs": int(sho.sum()), "accuracy": float(b.mean()) if len(b) else None}}
+    out: dict[str, Any] = {
+        "pairs": len(c),
+        "accuracy": float(c.mean()) if len(c) else None,
+        "better_longer": {"pairs": int(lon.sum()), "accuracy": float(a.mean()) if len(a) else None},
+        "better_shorter": {
+            "pairs": int(sho.sum()),
+            "accuracy": float(b.mean()) if len(b) else None,
+        },
+    }
     if len(a) and len(b):
         rng = np.random.default_rng(seed)
         ra = a[rng.integers(0, len(a), (draws, len(a)))].mean(1)
@@ -111,27 +121,41 @@ def length_balanced(correct: Sequence[float], longer: Sequence[bool | None], *, 
     return out
 
 
-def readouts(state_dirs: Sequence[Path], *, penalties: Sequence[float] = (1e-4, 1e-3, 1e-2, 1e-1),
-             source_weights: Mapping[str, float] | None = None,
-             train_sources: Sequence[str] | None = None) -> dict[str, Any]:
+def readouts(
+    state_dirs: Sequence[Path],
+    *,
+    penalties: Sequence[float] = (1e-4, 1e-3, 1e-2, 1e-1),
+    source_weights: Mapping[str, float] | None = None,
+    train_sources: Sequence[str] | None = None,
+) -> dict[str, Any]:
     import numpy as np
 
     report: dict[str, Any] = {}
-    for folder in state_dirs:
-        plan = load_plan(folder)
+    loaded = [(folder, load_plan(folder), load_states(folder)) for folder in state_dirs]
+    # backbones are compared on the same pairs: those every pass has read (both orders)
+    common: set[tuple[str, str]] | None = None
+    for _folder, _plan, states in loaded:
+        keys = set(pair_features(states, "top"))
+        common = keys if common is None else common & keys
+    for folder, plan, states in loaded:
         role = {(it.source, it.pair_id): it.role for it in plan}
         longer = {(it.source, it.pair_id): it.chosen_longer for it in plan}
-        states = load_states(folder)
-        model_report: dict[str, Any] = {"items": len(states)}
+        model_report: dict[str, Any] = {"items": len(states), "common_pairs": len(common or ())}
         for layer in ("top", "mid"):
-            feats = pair_features(states, layer)
-            train = [k for k in feats if role[k] == "train"
-                     and (train_sources is None or k[0] in train_sources)]
+            feats = {k: v for k, v in pair_features(states, layer).items() if k in (common or ())}
+            train = [
+                k
+                for k in feats
+                if role[k] == "train" and (train_sources is None or k[0] in train_sources)
+            ]
             if len(train) < 20:
                 continue
             rng = random.Random(0)
             signs = np.array([rng.choice((-1.0, 1.0)) for _ in train])
-            x = np.stack([feats[k]["chosen"] - feats[k]["rejected"] for k in train]) * signs[:, None]
+            x = (
+                np.stack([feats[k]["chosen"] - feats[k]["rejected"] for k in train])
+                * signs[:, None]
+            )
             wts = length_weights(train, longer, source_weights)
             by_penalty = {}
             dev = [k for k in feats if role[k] == "dev"]
@@ -147,11 +171,16 @@ def readouts(state_dirs: Sequence[Path], *, penalties: Sequence[float] = (1e-4, 
                     elif role[k] == "bench":
                         groups[f"bench/{k[0]}"].append(k)
                 for g, ks in sorted(groups.items()):
-                    correct = [1.0 if scores[k] > 0 else (0.5 if scores[k] == 0 else 0.0) for k in ks]
+                    correct = [
+                        1.0 if scores[k] > 0 else (0.5 if scores[k] == 0 else 0.0) for k in ks
+                    ]
                     res[g] = length_balanced(correct, [longer[k] for k in ks])
                 by_penalty[str(pen)] = res
-            model_report[layer] = {"train_pairs": len(train), "dev_pairs": len(dev),
-                                   "by_penalty": by_penalty}
+            model_report[layer] = {
+                "train_pairs": len(train),
+                "dev_pairs": len(dev),
+                "by_penalty": by_penalty,
+            }
         report[folder.name] = model_report
     return report
 
@@ -179,7 +208,8 @@ def run(args: Any) -> int:
             for pen, res in r[layer]["by_penalty"].items():
                 line = " ".join(
                     f"{g}={v.get('length_balanced', float('nan')):.3f}({v['pairs']})"
-                    for g, v in res.items() if "/" not in g or g.startswith("bench")
+                    for g, v in res.items()
+                    if "/" not in g or g.startswith("bench")
                 )
                 print(model, layer, pen, line)
     return 0

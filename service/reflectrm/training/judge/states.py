@@ -37,11 +37,13 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from reflectrm.datasets import Pair, pair_from_row, read_rows
 from reflectrm.engines.chat import ChatRenderer
 from reflectrm.judging.prompts import get_template, preference_chat
+
+T = TypeVar("T")
 
 SHARDS = "shards"
 PLAN = "plan.json"
@@ -97,9 +99,9 @@ def chosen_longer(pair: Pair) -> bool | None:
     return None if a == b else a > b
 
 
-def interleave(buckets: Sequence[Sequence[Item]]) -> list[Item]:
+def interleave(buckets: Sequence[Sequence[T]]) -> list[T]:
     """Round robin over buckets, so that a pass stopped anywhere holds a balanced sample."""
-    out: list[Item] = []
+    out: list[T] = []
     longest = max((len(b) for b in buckets), default=0)
     for k in range(longest):
         for b in buckets:
@@ -150,8 +152,12 @@ class Reader:
         enc = self.tokenizer
         self.lead_ids = enc.encode(LEAD, add_special_tokens=False)
         self.digit_ids = [enc.encode(d, add_special_tokens=False)[0] for d in ("1", "2")]
-        self.end_pattern = [enc.encode(f"[End of Response {k}", add_special_tokens=False) for k in (1, 2)]
-        self.start_pattern = [enc.encode(f"[Response {k}", add_special_tokens=False) for k in (1, 2)]
+        self.end_pattern = [
+            enc.encode(f"[End of Response {k}", add_special_tokens=False) for k in (1, 2)
+        ]
+        self.start_pattern = [
+            enc.encode(f"[Response {k}", add_special_tokens=False) for k in (1, 2)
+        ]
         self.fingerprint = hashlib.sha256(
             json.dumps([model_path.rstrip("/").split("/")[-1], self.top, self.mid]).encode()
         ).hexdigest()[:12]
@@ -183,30 +189,29 @@ class Reader:
         pos["dec"] = len(ids) - 1
         return pos
 
-    def read(self, pair: Pair, items: Sequence[Item], rng: random.Random) -> dict[str, Any]:
+    def read(self, pair: Pair, items: Sequence[Item], rng: random.Random) -> dict[str, Any]:  # noqa: C901
         """The states of one pair's items (one or both orders), sharing their common prefix."""
         torch = self.torch
         seqs = [self.token_ids(pair, it.chosen_first) for it in items]
         plans = [self.positions(s, it.cut) for s, it in zip(seqs, items, strict=True)]
-        ends = []
+        ends: list[int | None] = []
         for s, it, p in zip(seqs, items, plans, strict=True):
             if p is None:
                 ends.append(None)
                 continue
             ends.append(p["end1"] + 1 if it.cut else len(s))
         common = 0
-        if len(seqs) == 2 and all(e is not None for e in ends):
+        e0, e1 = [*ends, None, None][:2]
+        if len(seqs) == 2 and e0 is not None and e1 is not None:
             a, b = seqs
-            while common < min(ends[0], ends[1]) - 1 and a[common] == b[common]:
+            while common < min(e0, e1) - 1 and a[common] == b[common]:
                 common += 1
         out: dict[str, Any] = {}
         with torch.inference_mode():
             prefix_cache = None
             prefix_states: dict[int, Any] = {}
             if common:
-                res = self.model.model(
-                    input_ids=torch.tensor([seqs[0][:common]]), use_cache=True
-                )
+                res = self.model.model(input_ids=torch.tensor([seqs[0][:common]]), use_cache=True)
                 prefix_cache = res.past_key_values
                 prefix_states = dict(self._captured)
             for s, it, p, end in zip(seqs, items, plans, ends, strict=True):
@@ -238,18 +243,24 @@ class Reader:
                 if not it.cut:
                     h = self.model.model.norm(states[self.top][p["dec"]].to(torch.bfloat16))
                     logits = self.model.lm_head(h).float()
-                    record["own_margin"] = float(logits[self.digit_ids[0]] - logits[self.digit_ids[1]])
+                    record["own_margin"] = float(
+                        logits[self.digit_ids[0]] - logits[self.digit_ids[1]]
+                    )
                 out[it.name] = record
         return out
 
 
-def write_shard(out_dir: Path, records: dict[str, Any], meta: dict[str, Any], worker: int = 0) -> None:
+def write_shard(
+    out_dir: Path, records: dict[str, Any], meta: dict[str, Any], worker: int = 0
+) -> None:
     """One shard of a worker's items (workers of one pass write shards of their own names)."""
     import numpy as np
 
     folder = out_dir / SHARDS
     folder.mkdir(parents=True, exist_ok=True)
-    numbers = [int(p.stem.split("-")[-1]) for p in folder.glob("shard-*.npz") if ".tmp" not in p.name]
+    numbers = [
+        int(p.stem.split("-")[-1]) for p in folder.glob("shard-*.npz") if ".tmp" not in p.name
+    ]
     n = max(numbers, default=-1) + 1
     arrays: dict[str, Any] = {}
     index: dict[str, Any] = {}
@@ -311,8 +322,13 @@ def run_pass(
     SIGINT / SIGTERM with what was read saved."""
     out_dir.mkdir(parents=True, exist_ok=True)
     reader = Reader(model_path, config)
-    meta = {"model": model_path.rstrip("/").split("/")[-1], "fingerprint": reader.fingerprint,
-            "config": asdict(config), "top": reader.top, "mid": reader.mid}
+    meta = {
+        "model": model_path.rstrip("/").split("/")[-1],
+        "fingerprint": reader.fingerprint,
+        "config": asdict(config),
+        "top": reader.top,
+        "mid": reader.mid,
+    }
     done = done_names(out_dir)
     todo: dict[tuple[str, str], list[Item]] = {}
     for it in plan:
@@ -339,8 +355,11 @@ def run_pass(
                 write_shard(out_dir, pending, meta, shard_worker)
                 pending, last = {}, now
                 rate = tokens / max(now - started, 1e-9)
-                print(f"states: {read}/{len(todo)} pairs, {tokens} tokens, {rate:.0f} tokens/s",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"states: {read}/{len(todo)} pairs, {tokens} tokens, {rate:.0f} tokens/s",
+                    file=sys.stderr,
+                    flush=True,
+                )
             if limit_s is not None and now - started > limit_s:
                 break
     except KeyboardInterrupt:
