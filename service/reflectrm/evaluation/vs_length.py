@@ -138,7 +138,7 @@ def _picked_chosen(by_order: Mapping[int, records.Record]) -> bool | None:
     return picks.pop() if len(picks) == 1 and None not in picks else None
 
 
-def _pct(values: Sequence[float]) -> float:
+def _pct(values: Sequence[float] | np.ndarray) -> float:
     return round(100 * float(np.mean(values)), 1) if len(values) else float("nan")
 
 
