@@ -382,6 +382,8 @@ def test_length_balanced_accuracy_beside_plain_accuracy(tmp_path):
     text = report.markdown(built)
     assert "**Length-balanced accuracy**" in text
     assert "100.0 (2) | 0.0 (2) |" in text
+    # single, vote, reflect: no length-balanced accuracy in a one-stratum subset, its accuracy
+    assert "| Helpfulness/Chat (2) | – / 50.0 | – / 100.0 | – / 100.0 |" in text
 
 
 def test_no_length_section_without_recorded_lengths(tmp_path):

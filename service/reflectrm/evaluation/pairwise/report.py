@@ -28,6 +28,7 @@ from reflectrm.evaluation.names import (
 from reflectrm.evaluation.pairwise.runner import BASELINE_MODE, EVAL_MODES, mode_label
 from reflectrm.evaluation.records import Loaded, Record, fingerprint
 from reflectrm.evaluation.reporting import (
+    MISSING,
     bars,
     ci,
     figure,
@@ -745,6 +746,10 @@ def _subset_markdown(report: Mapping[str, Any], dataset: str, modes: Sequence[st
     return "Accuracy per subset (plain rows; all rows in report.json):\n\n" + "\n".join(lines)
 
 
+def _subset_cell(row: Mapping[str, Any] | None) -> str:
+    return MISSING if row is None else f"{fmt_cell(row)} / {fmt(row['accuracy'])}"
+
+
 def _length_markdown(report: Mapping[str, Any]) -> str:
     """Per dataset: every mode's length-balanced accuracy beside the plain accuracy of the same
     pairs, the strata, the slot-1 share and right in both orders; then per subset (plain rows)."""
@@ -783,12 +788,15 @@ def _length_markdown(report: Mapping[str, Any]) -> str:
             shown = sorted(subsets, key=lambda k: (-subsets[k]["pairs"], k))[:MAX_SUBSETS_SHOWN]
             lines += [
                 "",
+                "Per subset: length-balanced [95% CI] / accuracy of the same pairs (– where a "
+                "subset lacks one of the strata):",
+                "",
                 "| subset (pairs) | " + " | ".join(report["modes"].get(m, m) for m in plain) + " |",
                 "|---|" + "---:|" * len(plain),
             ]
             for subset in shown:
                 cells = [f"{subset} ({subsets[subset]['pairs']})"]
-                cells += [fmt_cell(table[m][dataset]["subsets"].get(subset)) for m in plain]
+                cells += [_subset_cell(table[m][dataset]["subsets"].get(subset)) for m in plain]
                 lines.append("| " + " | ".join(cells) + " |")
             more = len(subsets) - len(shown)
             if more:
