@@ -341,3 +341,54 @@ def test_an_interrupted_run_says_how_to_resume(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(command, "judge_all", interrupted)
     assert cli.main(["--out-dir", str(tmp_path)]) == 130
     assert "rerun the same command to resume" in capsys.readouterr().err
+
+
+def test_length_balanced_accuracy_beside_plain_accuracy(tmp_path):
+    """p0 and p1 have the longer chosen response, p2 and p3 the shorter; single always says
+    Response 1, reflect is always right, vote always picks the longer response."""
+    rows = []
+    lengths = {"p0": (10, 5), "p1": (12, 4), "p2": (5, 10), "p3": (3, 9)}
+    for pair, meta in (("p0", HELP), ("p1", HELP), ("p2", HARM), ("p3", HARM)):
+        longer = lengths[pair][0] > lengths[pair][1]
+        for position, primary in ((1, True), (2, False)):
+            longer_wins = position if longer else 3 - position
+            for mode, winner in (("single", 1), ("reflect", position), ("vote", longer_wins)):
+                r = rec(RMB, pair, mode, position, primary, winner, meta)
+                rows.append(Record.from_json({**r.to_json(), "lengths": list(lengths[pair])}))
+    path = tmp_path / "results.jsonl"
+    write_results(path, rows)
+    loaded = records.load(path)
+    assert loaded.records[0].lengths == (10, 5)
+    built = report.build(loaded, path, resamples=200, seed=0)
+    single, reflect, vote = (built["length"][m][RMB] for m in ("single", "reflect", "vote"))
+    assert single["pairs"] == 4
+    assert single["accuracy"] == 50.0  # right in one order of each pair
+    assert single["value"] == 50.0
+    assert single["slot1_share"] == 100.0
+    assert single["both_right"] == 0.0
+    assert reflect["value"] == 100.0
+    assert reflect["ci95"] == [100.0, 100.0]
+    assert reflect["slot1_share"] == 50.0
+    assert reflect["both_right"] == 100.0
+    assert vote["better_longer"] == {"pairs": 2, "accuracy": 100.0}
+    assert vote["better_shorter"] == {"pairs": 2, "accuracy": 0.0}
+    assert vote["value"] == 50.0  # the length rule: exactly one half
+    assert vote["ci95"] == [50.0, 50.0]
+    assert vote["equal_length"] == 0
+    # Per subset: each has one stratum only, so no length-balanced accuracy of its own.
+    assert vote["subsets"]["Helpfulness/Chat"]["accuracy"] == 100.0
+    assert vote["subsets"]["Helpfulness/Chat"]["value"] is None
+    assert "length" in built["scoring"]
+    text = report.markdown(built)
+    assert "**Length-balanced accuracy**" in text
+    assert "100.0 (2) | 0.0 (2) |" in text
+    # single, vote, reflect: no length-balanced accuracy in a one-stratum subset, its accuracy
+    assert "| Helpfulness/Chat (2) | – / 50.0 | – / 100.0 | – / 100.0 |" in text
+
+
+def test_no_length_section_without_recorded_lengths(tmp_path):
+    path = tmp_path / "results.jsonl"
+    write_results(path, hand_made())
+    built = report.build(records.load(path), path, resamples=50, seed=0)
+    assert "length" not in built
+    assert "length" not in built["scoring"]

@@ -178,6 +178,7 @@ def test_run_appends_one_record_per_judgment_and_resumes(tmp_path):
     assert r.outputs is not None
     assert r.outputs >= 8
     assert r.parse_failures == 0
+    assert r.lengths == (len("good 0"), len("bad 0"))  # characters, for length-balanced accuracy
     single = next(x for x in loaded.records if x.mode == "single")
     assert (single.outputs, single.engine_requests, single.generated_tokens) == (1, 1, 10)
 

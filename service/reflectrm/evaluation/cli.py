@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from reflectrm.evaluation import vs_length
 from reflectrm.evaluation.benchmarks import DATA_DIR_ENV
 from reflectrm.evaluation.common import configure_logging, quiet_libraries
 from reflectrm.evaluation.groups import command as groups
@@ -173,6 +174,21 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     )
     out.add_argument("--no-progress", action="store_true", help="no progress bar")
     groups.configure(p)
+    commands = p.add_subparsers(
+        dest="eval_command",
+        metavar="{vs-length}",
+        help="vs-length: an evaluation's judge against length rules on the same pairs (longer "
+        "wins; with --rule-from, the per-source rule fitted on training pairs), paired bootstrap "
+        "over pairs. Without a command, judge and report",
+    )
+    vs_length.configure(
+        commands.add_parser(
+            "vs-length",
+            help="an evaluation's judge against length rules on the same pairs",
+            description=vs_length.__doc__,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+    )
     out.add_argument(
         "-v",
         "--verbose",
@@ -209,8 +225,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    """``reflectrm eval``: group designs with ``--groups``, benchmark pairs otherwise."""
+    """``reflectrm eval``: ``vs-length``, group designs with ``--groups``, benchmark pairs
+    otherwise."""
     quiet_libraries(getattr(args, "verbose", False))
+    if getattr(args, "eval_command", None) == "vs-length":
+        return vs_length.run(args)
     if getattr(args, "groups", False):
         return groups.run(args)
     return pairwise.run(args)

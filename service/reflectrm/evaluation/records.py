@@ -77,6 +77,9 @@ class Record(JudgmentResult):
     primary: bool  # this order is the pair's seeded random one (the other is the swap)
     seed: int
     meta: Mapping[str, str] = field(default_factory=dict)
+    # The lengths in characters of the chosen and the rejected response (for length-balanced
+    # accuracy); None in files written before they were recorded.
+    lengths: tuple[int, int] | None = None
 
     @property
     def key(self) -> Key:
@@ -92,8 +95,9 @@ class Record(JudgmentResult):
     @staticmethod
     def from_json(row: Mapping[str, Any]) -> Record:
         fields = {k: v for k, v in row.items() if k in Record.__dataclass_fields__}
-        if fields.get("scores") is not None:
-            fields["scores"] = tuple(fields["scores"])
+        for name in ("scores", "lengths"):
+            if fields.get(name) is not None:
+                fields[name] = tuple(fields[name])
         return Record(**fields)
 
 

@@ -278,16 +278,10 @@ def _add_heldout(commands: Any) -> None:
     p.add_argument("--out", required=True, type=Path, help="a .jsonl or .jsonl.gz file")
     p.set_defaults(func=run_heldout)
 
-    p = commands.add_parser(
-        "vs-length",
-        help="an evaluation's judge against the length heuristic on the same pairs (paired "
-        "bootstrap over pairs)",
-    )
-    p.add_argument("--pairs", required=True, type=Path, help="the pairs file evaluated")
-    p.add_argument("--results", required=True, type=Path, help="the evaluation's results.jsonl")
-    p.add_argument("--mode", default="single")
-    p.add_argument("--title", default="Held-out pairs")
-    p.add_argument("--out", type=Path, help="write NAME.json and NAME.md (NAME without suffix)")
+    from reflectrm.evaluation import vs_length
+
+    p = commands.add_parser("vs-length", help="an alias of `reflectrm eval vs-length`")
+    vs_length.configure(p)
     p.set_defaults(func=run_vs_length)
 
 
@@ -513,17 +507,10 @@ def run_heldout(args: argparse.Namespace) -> int:
 
 @_friendly
 def run_vs_length(args: argparse.Namespace) -> int:
-    from reflectrm.datasets import read_pairs
-    from reflectrm.training.judge.heldout import compare_with_length, markdown
+    """``reflectrm eval vs-length``, kept as ``train vs-length``."""
+    from reflectrm.evaluation import vs_length
 
-    result = compare_with_length(list(read_pairs(args.pairs)), args.results, args.mode)
-    text = markdown(result, args.title)
-    print(text)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
-        args.out.with_suffix(".md").write_text(text)
-    return 0
+    return vs_length.run(args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

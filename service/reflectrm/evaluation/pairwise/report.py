@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from reflectrm.evaluation.length import judge_figures, longer_of
 from reflectrm.evaluation.names import (
     BENCHMARKS,
     DISPLAY_NAMES,
@@ -27,6 +28,7 @@ from reflectrm.evaluation.names import (
 from reflectrm.evaluation.pairwise.runner import BASELINE_MODE, EVAL_MODES, mode_label
 from reflectrm.evaluation.records import Loaded, Record, fingerprint
 from reflectrm.evaluation.reporting import (
+    MISSING,
     bars,
     ci,
     figure,
@@ -86,6 +88,7 @@ class PairResult:
     meta: Mapping[str, str]
     primary: Judged | None
     swapped: Judged | None
+    lengths: tuple[int, int] | None = None  # characters of the chosen and the rejected response
 
 
 def _judged(r: Record) -> Judged:
@@ -129,6 +132,7 @@ def swap_pair(first: Record, second: Record) -> PairResult:
         first.meta,
         Judged(first.chosen_position, winner),
         Judged(second.chosen_position, None if winner is None else 3 - winner),
+        first.lengths,
     )
 
 
@@ -140,6 +144,7 @@ def pair_results(records: Sequence[Record]) -> dict[str, dict[str, list[PairResu
         first = by_order.get(True)
         second = by_order.get(False)
         meta = (first or second).meta  # type: ignore[union-attr]
+        lengths = (first or second).lengths  # type: ignore[union-attr]
         out.setdefault(mode, {}).setdefault(benchmark, []).append(
             PairResult(
                 benchmark,
@@ -147,6 +152,7 @@ def pair_results(records: Sequence[Record]) -> dict[str, dict[str, list[PairResu
                 meta,
                 _judged(first) if first else None,
                 _judged(second) if second else None,
+                lengths,
             )
         )
         if first and second and _has_scores(first) and _has_scores(second):
@@ -325,6 +331,69 @@ def position_table(by_mode: Mapping[str, Mapping[str, list[PairResult]]]) -> dic
     return out
 
 
+def _percent(x: float | None) -> float | None:
+    return None if x is None else number(100 * x)
+
+
+def _length_row(pairs: Sequence[PairResult], resamples: int, seed: int) -> dict[str, Any]:
+    """``judge_figures`` of pairs judged in both orders with their lengths, in percent."""
+    orders = [
+        (
+            (p.primary.chosen_position, p.primary.winner),  # type: ignore[union-attr]
+            (p.swapped.chosen_position, p.swapped.winner),  # type: ignore[union-attr]
+        )
+        for p in pairs
+    ]
+    f = judge_figures(orders, [longer_of(p.lengths) for p in pairs], seed=seed, draws=resamples)
+    low, high = f.get("length_balanced_ci") or (None, None)
+    return {
+        "value": _percent(f.get("length_balanced")),
+        "ci95": [_percent(low), _percent(high)],
+        "pairs": f["pairs"],
+        "accuracy": _percent(f["accuracy"]),
+        "better_longer": {
+            "pairs": f["better_longer"]["pairs"],
+            "accuracy": _percent(f["better_longer"]["accuracy"]),
+        },
+        "better_shorter": {
+            "pairs": f["better_shorter"]["pairs"],
+            "accuracy": _percent(f["better_shorter"]["accuracy"]),
+        },
+        "equal_length": f["equal_length"],
+        "slot1_share": _percent(f["slot1_share"]),
+        "both_right": _percent(f["both_right"]),
+    }
+
+
+def length_table(
+    by_mode: Mapping[str, Mapping[str, list[PairResult]]], resamples: int, seed: int
+) -> dict[str, Any]:
+    """Per mode and dataset, over the pairs judged in both orders whose records carry the
+    responses' lengths: length-balanced accuracy with its 95% interval, beside the plain accuracy
+    of the same pairs (each pair the mean of its orders; no verdict is a miss), both strata, the
+    slot-1 share and the share right in both orders; per subset too when there are several.
+    Empty for results files written before the lengths were recorded."""
+    out: dict[str, Any] = {}
+    for mode in _modes_in(by_mode):
+        per: dict[str, Any] = {}
+        for b, pairs in by_mode[mode].items():
+            both = [p for p in pairs if p.primary and p.swapped and p.lengths is not None]
+            if not both:
+                continue
+            row = _length_row(both, resamples, seed)
+            subsets: dict[str, list[PairResult]] = {}
+            for p in both:
+                subsets.setdefault(p.meta.get("subset", "all"), []).append(p)
+            if len(subsets) > 1:
+                row["subsets"] = {
+                    k: _length_row(v, resamples, seed) for k, v in sorted(subsets.items())
+                }
+            per[b] = row
+        if per:
+            out[mode] = per
+    return out
+
+
 def _mean_of(records: Sequence[Record], get: Callable[[Record], float]) -> float | None:
     return number(statistics.fmean(get(r) for r in records)) if records else None
 
@@ -472,6 +541,10 @@ def build(
         report["scoring"]["swap"] = SWAP_NOTE
     if generic or any(m.endswith(SWAP) for m in by_mode):
         report["position"] = position_table(by_mode)
+    lengths = length_table(by_mode, resamples, seed)
+    if lengths:
+        report["length"] = lengths
+        report["scoring"]["length"] = LENGTH_NOTE
     work = engine_work(loaded.runs)
     if work:
         report["engine_work"] = work
@@ -492,6 +565,14 @@ GROUPS_NOTE = (
     "generic datasets: pairs sharing a `group_id` form a group (one chosen response against "
     "several rejected ones); a group counts when the chosen response wins every one of its pairs "
     "(for consistency: in both orders); 95% bootstrap interval over groups"
+)
+LENGTH_NOTE = (
+    "length-balanced accuracy, over pairs judged in both orders: a pair scores the mean of its "
+    "two orders (no verdict is a miss); the pairs whose chosen response is longer (in characters) "
+    "and those where it is shorter are scored apart (equal lengths in neither) and the two "
+    "accuracies averaged, so a rule that only looks at length scores 50; 95% bootstrap interval "
+    "resampling pairs within each stratum; slot 1 = the share of verdicts naming the response "
+    "shown first"
 )
 SWAP_NOTE = (
     "a mode's swap-debiased row uses the two orders' judgments of each pair already made: their "
@@ -665,6 +746,64 @@ def _subset_markdown(report: Mapping[str, Any], dataset: str, modes: Sequence[st
     return "Accuracy per subset (plain rows; all rows in report.json):\n\n" + "\n".join(lines)
 
 
+def _subset_cell(row: Mapping[str, Any] | None) -> str:
+    return MISSING if row is None else f"{fmt_cell(row)} / {fmt(row['accuracy'])}"
+
+
+def _length_markdown(report: Mapping[str, Any]) -> str:
+    """Per dataset: every mode's length-balanced accuracy beside the plain accuracy of the same
+    pairs, the strata, the slot-1 share and right in both orders; then per subset (plain rows)."""
+    table = report["length"]
+    head = ["Mode", "accuracy", "length-balanced [95% CI]", "chosen longer (pairs)"]
+    head += ["chosen shorter (pairs)", "slot 1 %", "right in both orders %"]
+    lines = ["**Length-balanced accuracy** (pairs judged in both orders)"]
+    for dataset in report["pairs"]:
+        modes = [m for m in table if dataset in table[m]]
+        if not modes:
+            continue
+        first = table[modes[0]][dataset]
+        lines += [
+            "",
+            f"{display(dataset)} ({first['pairs']} pairs, {first['equal_length']} of equal length)",
+            "",
+            "| " + " | ".join(head) + " |",
+            "|---|" + "---:|" * (len(head) - 1),
+        ]
+        for mode in modes:
+            row = table[mode][dataset]
+            longer, shorter = row["better_longer"], row["better_shorter"]
+            cells = [
+                report["modes"].get(mode, mode),
+                fmt(row["accuracy"]),
+                fmt_cell(row),
+                f"{fmt(longer['accuracy'])} ({longer['pairs']})",
+                f"{fmt(shorter['accuracy'])} ({shorter['pairs']})",
+                fmt(row["slot1_share"]),
+                fmt(row["both_right"]),
+            ]
+            lines.append("| " + " | ".join(cells) + " |")
+        plain = [m for m in modes if not m.endswith(SWAP) and "subsets" in table[m][dataset]]
+        if plain:
+            subsets = table[plain[0]][dataset]["subsets"]
+            shown = sorted(subsets, key=lambda k: (-subsets[k]["pairs"], k))[:MAX_SUBSETS_SHOWN]
+            lines += [
+                "",
+                "Per subset: length-balanced [95% CI] / accuracy of the same pairs (– where a "
+                "subset lacks one of the strata):",
+                "",
+                "| subset (pairs) | " + " | ".join(report["modes"].get(m, m) for m in plain) + " |",
+                "|---|" + "---:|" * len(plain),
+            ]
+            for subset in shown:
+                cells = [f"{subset} ({subsets[subset]['pairs']})"]
+                cells += [_subset_cell(table[m][dataset]["subsets"].get(subset)) for m in plain]
+                lines.append("| " + " | ".join(cells) + " |")
+            more = len(subsets) - len(shown)
+            if more:
+                lines.append(f"\n{more} smaller subsets are in report.json.")
+    return "\n".join(lines)
+
+
 def markdown(report: Mapping[str, Any]) -> str:
     s = report["settings"]
     sizes = ", ".join(
@@ -744,7 +883,9 @@ def markdown(report: Mapping[str, Any]) -> str:
         ]
     notes = "; ".join(f"{display(b)}: {n}" for b, n in report["scoring"]["notes"].items())
     parts += ["", f"Scoring: {notes}."]
-    for key in ("swap", "groups"):
+    if "length" in report:
+        parts += ["", _length_markdown(report)]
+    for key in ("swap", "groups", "length"):
         if key in report["scoring"]:
             parts += ["", f"{key.capitalize()}: {report['scoring'][key]}."]
     return "\n".join(p for p in parts if p is not None).replace("\n\n\n", "\n\n") + "\n"

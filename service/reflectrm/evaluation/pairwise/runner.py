@@ -389,6 +389,7 @@ def to_record(unit: Unit, result: JudgmentResult) -> Record:
         primary=unit.primary,
         seed=unit.seed,
         meta=dict(unit.pair.meta),
+        lengths=(len(unit.pair.chosen), len(unit.pair.rejected)),
     )
 
 

@@ -31,7 +31,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from reflectrm.training.judge.readout import fit_logistic, length_balanced, length_weights
+from reflectrm.evaluation.length import length_balanced
+from reflectrm.training.judge.readout import fit_logistic, length_weights
 from reflectrm.training.judge.states import load_plan, load_states
 
 LAYER_FILE = "verdict-layer.safetensors"

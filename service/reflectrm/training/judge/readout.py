@@ -9,9 +9,9 @@ are weighted so that, within each source, pairs whose better response is longer 
 it is shorter weigh the same, and each source weighs ``source_weights`` (default: equal).
 
 Scored by length-balanced accuracy (the mean of accuracy over pairs whose better response is
-longer and over pairs where it is shorter) with a bootstrap interval, on the development split
-and on the benchmark samples. ``python -m reflectrm.training.judge.readout --states DIR
-[--states DIR2] --out FILE``.
+longer and over pairs where it is shorter) with a bootstrap interval, the one implementation
+of ``reflectrm.evaluation.length``, on the development split and on the benchmark samples.
+``python -m reflectrm.training.judge.readout --states DIR [--states DIR2] --out FILE``.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from reflectrm.evaluation.length import length_balanced
 from reflectrm.training.judge.states import load_plan, load_states
 
 
@@ -89,36 +90,6 @@ def fit_logistic(x: Any, y: Any, weights: Any, penalty: float, offset: Any = Non
 
     opt.step(closure)
     return w.detach().numpy()
-
-
-def length_balanced(
-    correct: Sequence[float], longer: Sequence[bool | None], *, seed: int = 0, draws: int = 2000
-) -> dict[str, Any]:
-    """Accuracy, both strata and their mean with a bootstrap 95% interval (pairs resampled
-    within each stratum); pairs of equal length count in plain accuracy only."""
-    import numpy as np
-
-    c = np.asarray(correct, dtype=np.float64)
-    lon = np.asarray([x is True for x in longer])
-    sho = np.asarray([x is False for x in longer])
-    a, b = c[lon], c[sho]
-    out: dict[str, Any] = {
-        "pairs": len(c),
-        "accuracy": float(c.mean()) if len(c) else None,
-        "better_longer": {"pairs": int(lon.sum()), "accuracy": float(a.mean()) if len(a) else None},
-        "better_shorter": {
-            "pairs": int(sho.sum()),
-            "accuracy": float(b.mean()) if len(b) else None,
-        },
-    }
-    if len(a) and len(b):
-        rng = np.random.default_rng(seed)
-        ra = a[rng.integers(0, len(a), (draws, len(a)))].mean(1)
-        rb = b[rng.integers(0, len(b), (draws, len(b)))].mean(1)
-        lba = (ra + rb) / 2
-        out["length_balanced"] = float((a.mean() + b.mean()) / 2)
-        out["length_balanced_ci"] = [float(np.quantile(lba, 0.025)), float(np.quantile(lba, 0.975))]
-    return out
 
 
 def readouts(
