@@ -8,6 +8,7 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 
+import httpx
 from fastapi import FastAPI
 
 from reflectrm.api import errors
@@ -15,6 +16,7 @@ from reflectrm.api.access import AccessLog
 from reflectrm.api.auth import ApiKeyAuth, load_keys
 from reflectrm.api.body import BodyLimit
 from reflectrm.api.nemo_gym import router as nemo_gym_router
+from reflectrm.api.peers import Peers, close_peers
 from reflectrm.api.routes import router
 from reflectrm.checkpoints.validate import CheckpointError
 from reflectrm.engines import open_engine
@@ -38,13 +40,17 @@ def create_app(
     settings: Settings | None = None,
     engine: Engine | None = None,
     engine_factory: EngineFactory = default_engine,
+    peer_transport: httpx.AsyncBaseTransport | None = None,
 ) -> FastAPI:
     """Build the app. With ``engine`` given (tests) it is used as is; otherwise the factory's
-    engine loads in the background so /health answers while /ready waits for it."""
+    engine loads in the background so /health answers while /ready waits for it.
+    ``peer_transport`` carries the calls forwarded to other peers (tests); default: HTTP."""
     settings = settings or get_settings()
     service = JudgingService(settings)
     lifecycle = Lifecycle(service)
     keys = load_keys(settings)  # unusable keys stop the start here, never run open
+    # With REFLECTRM_PEERS: a cohort member's call goes to its cohort's owner (api/peers.py).
+    peers = Peers.from_settings(settings, service.metrics, peer_transport)
 
     async def load(stack: contextlib.AsyncExitStack) -> None:
         try:
@@ -71,6 +77,7 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with contextlib.AsyncExitStack() as stack:
+            stack.push_async_callback(close_peers, peers)
             loader = None
             if engine is not None:
                 serve_with(engine)
@@ -97,6 +104,7 @@ def create_app(
     )
     app.state.reflectrm = service
     app.state.lifecycle = lifecycle
+    app.state.peers = peers
     app.include_router(router)
     app.include_router(nemo_gym_router)  # NeMo Gym's GenRM judge (GENRM_BASE_URL)
     errors.install(app)
