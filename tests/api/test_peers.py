@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
 import httpx
@@ -233,6 +233,53 @@ def test_a_slow_owner_is_given_up_before_the_callers_deadline():
     assert len(fast.calls) == 2
     assert len(slow.calls) == 2  # the owner had started the judging it was not waited for
     assert 2.0 <= seconds < 8.0  # within the callers' deadline
+
+
+@contextlib.asynccontextmanager
+async def never_loads(settings: Settings) -> AsyncIterator[Any]:
+    await asyncio.Event().wait()  # an engine still loading: the replica answers 503
+    yield None
+
+
+def test_an_owner_not_serving_yet_gets_its_members_judged_where_they_arrived():
+    ports = [free_port(), free_port()]
+    urls = [f"http://127.0.0.1:{port}" for port in ports]
+    settings = {"swap_check_fraction": 0, "peers": ",".join(urls)}
+    eng = engine()
+    with contextlib.ExitStack() as stack:
+        here = create_app(Settings(peer_url=urls[0], **settings), engine=eng)
+        loading = create_app(Settings(peer_url=urls[1], **settings), engine_factory=never_loads)
+        stack.enter_context(served(here, port=ports[0], lifespan="on"))
+        stack.enter_context(served(loading, port=ports[1], lifespan="on"))
+        group_id = group_owned_by(urls, urls[1])
+        calls = [(urls[0], member(t, group_id, group_size=2)) for t in (A, B)]
+        bodies = ok_bodies(asyncio.run(post_each(calls)))
+        fallbacks = forwards(urls[0], "fallback_local")
+    assert [b["cohort_split"] for b in bodies] == [True, True]
+    assert [b["cohort"]["arrived"] for b in bodies] == [2, 2]
+    assert fallbacks == 2.0
+    assert len(eng.calls) == 2
+
+
+def test_an_owners_refusal_is_relayed_as_it_is_and_counted_an_error():
+    # The owner has other API keys than the replica the call reached: its 401 is the reply.
+    ports = [free_port(), free_port()]
+    urls = [f"http://127.0.0.1:{port}" for port in ports]
+    settings = {"swap_check_fraction": 0, "peers": ",".join(urls)}
+    engines = [engine(), engine()]
+    with contextlib.ExitStack() as stack:
+        for k, other_key in enumerate((KEY, "o" * 24)):
+            app = create_app(
+                Settings(peer_url=urls[k], api_keys=other_key, **settings), engine=engines[k]
+            )
+            stack.enter_context(served(app, port=ports[k], lifespan="on"))
+        group_id = group_owned_by(urls, urls[1], tenant=tenant_of_key(KEY))
+        auth = {"Authorization": f"Bearer {KEY}"}
+        [reply] = asyncio.run(post_each([(urls[0], member(A, group_id))], headers=auth))
+        counted = [forwards(urls[0], o) for o in ("ok", "fallback_local", "error")]
+    assert reply.status_code == 401
+    assert counted == [0.0, 0.0, 1.0]
+    assert [len(e.calls) for e in engines] == [0, 0]
 
 
 # --- one hop at most, and off by default ---------------------------------------------------
