@@ -173,6 +173,37 @@ def test_openrlhf_rotating_its_urls_gets_whole_cohorts():
     assert sorted(len(e.calls) for e in engines) == [0, 12]
 
 
+def test_a_get_reward_call_with_samples_of_two_owners_is_judged_where_it_arrived_marked_split():
+    engines = [engine(), engine()]
+    with replicas(engines) as urls:
+        prompts = [f"Prompt {k}?" for k in range(50)]
+        owners = {p: owner(urls, prompt_cohort(p)) for p in prompts}
+        first = next(p for p in prompts if owners[p] == urls[0])
+        second = next(p for p in prompts if owners[p] == urls[1])
+        body = {
+            "query": [first + A, second + B],
+            "prompts": [first, second],
+            "labels": [None, None],
+        }
+        path = "/get_reward?group_size=2&mode=vote&cohort_timeout_s=1"
+        [reply] = asyncio.run(post_each([(urls[0], body)], path=path))
+        sent = sum(forwards(urls[0], o) for o in ("ok", "fallback_local", "error"))
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["extra_logs"]["judge_cohort_split"] == [1.0, 1.0]
+    assert sent == 0
+    assert [len(e.calls) for e in engines] == [0, 0]  # two cohorts of one: nothing to compare
+
+
+def prompt_cohort(prompt: str) -> str:
+    from reflectrm.serving.service import cohort_name, member_asks
+    from reflectrm.serving.types import SampleAsk, SampleOptions
+
+    [ask] = member_asks(
+        [SampleAsk(query=prompt + "x", prompt=prompt, label=None)], SampleOptions(group_size=2)
+    )
+    return cohort_name(TENANT, ask)
+
+
 # --- the owner down or slow ----------------------------------------------------------------
 
 

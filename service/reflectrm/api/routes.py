@@ -135,7 +135,9 @@ async def sample_reward(
         request, [cohort_name(call.tenant, ask)], service.cohort_timeout_s(ask), call.seconds
     )
     if isinstance(routed, Response):
+        call.note(peer_forwarded=True)
         return routed
+    call.note(cohort_split=routed.split)
     response = convert.sample_reward_response(await service.member_reward(ask, call))
     return JSONResponse(response.model_dump(mode="json") | {"cohort_split": routed.split})
 
@@ -165,7 +167,9 @@ async def get_reward(
     names = [cohort_name(call.tenant, ask) for ask in asks]
     routed = await peers.route(request, names, service.cohort_timeout_s(asks[0]), call.seconds)
     if isinstance(routed, Response):
+        call.note(peer_forwarded=True)
         return routed
+    call.note(cohort_split=routed.split)
     response = convert.openrlhf_cohort_response(await service.member_rewards(samples, opts, call))
     response.extra_logs["judge_cohort_split"] = [float(routed.split)] * len(response.rewards)
     return response
