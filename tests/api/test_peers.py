@@ -204,6 +204,28 @@ def prompt_cohort(prompt: str) -> str:
     return cohort_name(TENANT, ask)
 
 
+def test_a_caller_gone_during_a_forward_leaves_its_member_at_the_owner_for_its_retry():
+    engines = [engine(), engine()]
+    with replicas(engines) as urls:
+        group_id = group_owned_by(urls, urls[1])
+
+        def body(text: str) -> dict[str, Any]:
+            return member(text, group_id, group_size=2, cohort_timeout_s=10)
+
+        async def gone_then_retried() -> list[httpx.Response]:
+            async with httpx.AsyncClient(timeout=0.7) as impatient:
+                with pytest.raises(httpx.ReadTimeout):
+                    await impatient.post(f"{urls[0]}/v1/rewards/sample", json=body(A))
+            await asyncio.sleep(1.0)  # both replicas notice within 0.25 s polls
+            return await post_each([(urls[0], body(A)), (urls[1], body(B))])
+
+        bodies = ok_bodies(asyncio.run(asyncio.wait_for(gone_then_retried(), HANG_S)))
+    assert [b["retried"] for b in bodies] == [True, False]  # the retry took the member over
+    assert [b["cohort"]["arrived"] for b in bodies] == [2, 2]
+    assert [b["reward"] for b in bodies] == [0.75, 0.25]
+    assert [len(e.calls) for e in engines] == [0, 2]
+
+
 # --- the owner down or slow ----------------------------------------------------------------
 
 

@@ -25,7 +25,7 @@ import asyncio
 import contextlib
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -33,6 +33,7 @@ import httpx
 from fastapi import Depends, Request, Response
 
 from reflectrm.metrics import Metrics
+from reflectrm.serving.admission import until_disconnected
 from reflectrm.serving.ownership import owner
 from reflectrm.settings import Settings, normal_url
 
@@ -51,6 +52,8 @@ LOCAL_MARGIN_S = 5.0
 CONNECT_TIMEOUT_S = 2.0
 # Owner replies that mean "not serving": the member is judged here instead.
 NOT_SERVING = (502, 503)
+# How often a forwarding replica checks that its caller is still there.
+POLL_S = 0.25
 
 
 @dataclass(frozen=True)
@@ -103,9 +106,12 @@ class Peers:
         names: Sequence[str],
         cohort_timeout_s: float,
         elapsed_s: float = 0.0,
+        is_disconnected: Callable[[], Awaitable[bool]] | None = None,
     ) -> Response | Here:
         """Where the call of members of cohorts ``names`` is judged: the owner's reply when it
-        was forwarded and answered, else ``Here``."""
+        was forwarded and answered, else ``Here``. A caller that goes away while the owner
+        judges ends the forwarded call too (ClientGoneError), so the owner keeps the member for
+        the caller's retry, as it would its own caller's."""
         if request.headers.get(FORWARDED_HEADER):
             return Here(split=False)  # forwarded to this replica: judged here, never again sent
         owners = {self.owner(name) for name in names}
@@ -120,7 +126,11 @@ class Peers:
             return self._fallback(target, "no time is left to wait for it")
         try:
             async with asyncio.timeout(budget):
-                reply = await self._post(request, target, budget)
+                post = self._post(request, target, budget)
+                if is_disconnected is None:
+                    reply = await post
+                else:
+                    reply = await until_disconnected(post, is_disconnected, poll_s=POLL_S)
         except (httpx.HTTPError, TimeoutError) as exc:
             why = f"{type(exc).__name__}" + (f": {exc}" if str(exc) else "")
             return self._fallback(target, why)

@@ -131,9 +131,9 @@ async def sample_reward(
         return convert.sample_reward_response(await service.member_reward(ask, call))
     # With peers: the cohort's owner judges it (this call forwarded there), or this replica
     # does, and the reply says whether the cohort was split between replicas.
-    routed = await peers.route(
-        request, [cohort_name(call.tenant, ask)], service.cohort_timeout_s(ask), call.seconds
-    )
+    names = [cohort_name(call.tenant, ask)]
+    timeout_s = service.cohort_timeout_s(ask)
+    routed = await peers.route(request, names, timeout_s, call.seconds, call.is_disconnected)
     if isinstance(routed, Response):
         call.note(peer_forwarded=True)
         return routed
@@ -165,7 +165,8 @@ async def get_reward(
     # With peers: as /v1/rewards/sample; every sample's extra_logs say judge_cohort_split.
     asks = member_asks(samples, opts)
     names = [cohort_name(call.tenant, ask) for ask in asks]
-    routed = await peers.route(request, names, service.cohort_timeout_s(asks[0]), call.seconds)
+    timeout_s = service.cohort_timeout_s(asks[0])
+    routed = await peers.route(request, names, timeout_s, call.seconds, call.is_disconnected)
     if isinstance(routed, Response):
         call.note(peer_forwarded=True)
         return routed
