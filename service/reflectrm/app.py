@@ -8,7 +8,6 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 
-import httpx
 from fastapi import FastAPI
 
 from reflectrm.api import errors
@@ -40,17 +39,15 @@ def create_app(
     settings: Settings | None = None,
     engine: Engine | None = None,
     engine_factory: EngineFactory = default_engine,
-    peer_transport: httpx.AsyncBaseTransport | None = None,
 ) -> FastAPI:
     """Build the app. With ``engine`` given (tests) it is used as is; otherwise the factory's
-    engine loads in the background so /health answers while /ready waits for it.
-    ``peer_transport`` carries the calls forwarded to other peers (tests); default: HTTP."""
+    engine loads in the background so /health answers while /ready waits for it."""
     settings = settings or get_settings()
     service = JudgingService(settings)
     lifecycle = Lifecycle(service)
     keys = load_keys(settings)  # unusable keys stop the start here, never run open
     # With REFLECTRM_PEERS: a cohort member's call goes to its cohort's owner (api/peers.py).
-    peers = Peers.from_settings(settings, service.metrics, peer_transport)
+    peers = Peers.from_settings(settings, service.metrics)
 
     async def load(stack: contextlib.AsyncExitStack) -> None:
         try:

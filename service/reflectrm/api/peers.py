@@ -71,7 +71,6 @@ class Peers:
         me: str,
         deadline_s: float,
         metrics: Metrics,
-        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.urls = [normal_url(u) for u in urls]
         self.me = normal_url(me)
@@ -80,22 +79,16 @@ class Peers:
         self.deadline_s = deadline_s
         self.metrics = metrics
         metrics.enable_peers()
-        self._transport = transport
         self._client: httpx.AsyncClient | None = None
 
     @classmethod
-    def from_settings(
-        cls,
-        settings: Settings,
-        metrics: Metrics,
-        transport: httpx.AsyncBaseTransport | None = None,
-    ) -> Peers | None:
+    def from_settings(cls, settings: Settings, metrics: Metrics) -> Peers | None:
         """The peers the settings name; None when REFLECTRM_PEERS is unset (no forwarding)."""
         urls = settings.peer_urls()
         if not urls:
             return None
         assert settings.peer_url is not None  # the settings' validator makes sure
-        return cls(urls, settings.peer_url, settings.peer_deadline_s, metrics, transport)
+        return cls(urls, settings.peer_url, settings.peer_deadline_s, metrics)
 
     def owner(self, name: str) -> str:
         return owner(self.urls, name)
@@ -112,11 +105,13 @@ class Peers:
         was forwarded and answered, else ``Here``. A caller that goes away while the owner
         judges ends the forwarded call too (ClientGoneError), so the owner keeps the member for
         the caller's retry, as it would its own caller's."""
-        if request.headers.get(FORWARDED_HEADER):
-            return Here(split=False)  # forwarded to this replica: judged here, never again sent
         owners = {self.owner(name) for name in names}
         if owners == {self.me}:
             return Here(split=False)
+        if request.headers.get(FORWARDED_HEADER):
+            # Forwarded here: judged here, never sent on again, though this replica's list has
+            # another owner (the replicas' lists differ, as during a rollout).
+            return Here(split=True)
         if len(owners) > 1:
             # Members of cohorts owned by several replicas in one call: judged here together.
             return Here(split=True)
@@ -179,7 +174,7 @@ class Peers:
 
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
-            self._client = httpx.AsyncClient(transport=self._transport, trust_env=False)
+            self._client = httpx.AsyncClient(trust_env=False)
         return self._client
 
     async def aclose(self) -> None:
