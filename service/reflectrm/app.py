@@ -15,6 +15,7 @@ from reflectrm.api.access import AccessLog
 from reflectrm.api.auth import ApiKeyAuth, load_keys
 from reflectrm.api.body import BodyLimit
 from reflectrm.api.nemo_gym import router as nemo_gym_router
+from reflectrm.api.peers import Peers, close_peers
 from reflectrm.api.routes import router
 from reflectrm.checkpoints.validate import CheckpointError
 from reflectrm.engines import open_engine
@@ -45,6 +46,8 @@ def create_app(
     service = JudgingService(settings)
     lifecycle = Lifecycle(service)
     keys = load_keys(settings)  # unusable keys stop the start here, never run open
+    # With REFLECTRM_PEERS: a cohort member's call goes to its cohort's owner (api/peers.py).
+    peers = Peers.from_settings(settings, service.metrics)
 
     async def load(stack: contextlib.AsyncExitStack) -> None:
         try:
@@ -71,6 +74,7 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with contextlib.AsyncExitStack() as stack:
+            stack.push_async_callback(close_peers, peers)
             loader = None
             if engine is not None:
                 serve_with(engine)
@@ -97,6 +101,7 @@ def create_app(
     )
     app.state.reflectrm = service
     app.state.lifecycle = lifecycle
+    app.state.peers = peers
     app.include_router(router)
     app.include_router(nemo_gym_router)  # NeMo Gym's GenRM judge (GENRM_BASE_URL)
     errors.install(app)

@@ -76,6 +76,8 @@ COHORT_ENDS = ("full", "cut", "abandoned")
 # Why the timeout cut a cohort: half or more of its members never came (what a trainer rotating
 # several judge URLs makes: each judge gets a share of every group), or fewer than half.
 CUT_REASONS = ("most_missing", "some_missing")
+# What became of a cohort member's call sent to its owner among the peers (REFLECTRM_PEERS).
+PEER_FORWARD_OUTCOMES = ("ok", "fallback_local", "error")
 CutReason = Literal["most_missing", "some_missing"]
 COHORT_WAIT_BUCKETS_S = (
     0.0, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 300.0, 600.0,
@@ -100,6 +102,7 @@ class Metrics:
         disable_created_metrics()
         self.registry = registry or CollectorRegistry(auto_describe=True)
         r = self.registry
+        self.peer_forwards: Counter | None = None  # enable_peers
         self.judgments = Counter(
             f"{PREFIX}judgments_total",
             "Judgment requests by mode and how they ended (a verdict, a tie of both orders, no "
@@ -313,6 +316,27 @@ class Metrics:
                 self.swap_checks.labels(source, result)
         for reason in DROP_REASONS:
             self.swap_checks_dropped.labels(reason)
+
+    def enable_peers(self) -> None:
+        """Expose the forwarding counter (only where REFLECTRM_PEERS is set, so a replica
+        without peers exposes the same series as ever)."""
+        if self.peer_forwards is not None:
+            return
+        self.peer_forwards = Counter(
+            f"{PREFIX}peer_forward_total",
+            "Cohort members' calls sent to the cohort's owner among the peers, by outcome: ok "
+            "(the owner's 2xx relayed), error (the owner's error status relayed), "
+            "fallback_local (the owner unreachable, too slow or not serving: judged here, the "
+            "reply marked cohort_split).",
+            ["outcome"],
+            registry=self.registry,
+        )
+        for outcome in PEER_FORWARD_OUTCOMES:
+            self.peer_forwards.labels(outcome)
+
+    def peer_forwarded(self, outcome: str) -> None:
+        if self.peer_forwards is not None:
+            self.peer_forwards.labels(outcome).inc()
 
     # --- recording ------------------------------------------------------------------------------
 

@@ -160,6 +160,28 @@ class Settings(BaseSettings):
         description="The longest cohort_timeout_s a call may ask for.",
     )
 
+    # --- peers: several replicas serving one job's cohorts --------------------------------------
+    peers: str = Field(
+        "",
+        description="Comma-separated base URLs of every replica serving the same jobs, the same "
+        "list on each (e.g. http://judge-0.judge:8000,http://judge-1.judge:8000). Set: each "
+        "cohort has one owner among them (rendezvous hashing of its tenant and group), and a "
+        "replica given a member of a cohort it does not own forwards the call to the owner. "
+        "Unset: every replica judges the members it is given.",
+    )
+    peer_url: str | None = Field(
+        None,
+        description="This replica's own entry in REFLECTRM_PEERS (needed when it is set).",
+    )
+    peer_deadline_s: float = Field(
+        170.0,
+        gt=0,
+        description="How long a caller waits for a member's reply (OpenRLHF: 180 s per try), "
+        "unless the call says so in X-Reflectrm-Deadline-S. A forwarded member is judged here "
+        "instead (its reply says cohort_split) when the owner cannot be reached, or has not "
+        "answered by this deadline less the cohort timeout and 5 s.",
+    )
+
     max_body_bytes: int = Field(
         DEFAULT_MAX_BODY_BYTES,
         ge=1024,
@@ -485,6 +507,28 @@ class Settings(BaseSettings):
             raise ValueError("REFLECTRM_ENGINE=remote needs REFLECTRM_ENGINE_URL (the fleet's URL)")
         return self
 
+    def peer_urls(self) -> list[str]:
+        """``peers`` as a list of base URLs (empty: peers are off)."""
+        return parse_peers(self.peers)
+
+    @model_validator(mode="after")
+    def _peer_url_is_a_peer(self) -> Settings:
+        urls = self.peer_urls()
+        if not urls:
+            return self
+        if len(set(urls)) != len(urls):
+            raise ValueError(f"REFLECTRM_PEERS lists a replica twice: {self.peers!r}")
+        if not self.peer_url:
+            raise ValueError(
+                "REFLECTRM_PEERS is set: REFLECTRM_PEER_URL must name this replica's own entry"
+            )
+        if normal_url(self.peer_url) not in urls:
+            raise ValueError(
+                f"REFLECTRM_PEER_URL {self.peer_url!r} is not in REFLECTRM_PEERS "
+                f"({', '.join(urls)}): give this replica's own entry, spelled as listed"
+            )
+        return self
+
     # --- the configs of the engine, the judge and the swap checks ------------------------------
 
     def engine_config(self) -> EngineConfig:
@@ -517,6 +561,16 @@ def config_sources(cls: type) -> Mapping[str, str]:
         if setting in Settings.model_fields:
             sources[f.name] = setting
     return sources
+
+
+def parse_peers(text: str) -> list[str]:
+    """``REFLECTRM_PEERS`` as a list: comma-separated base URLs, each as ``normal_url`` gives it."""
+    return [normal_url(p) for p in text.split(",") if p.strip()]
+
+
+def normal_url(url: str) -> str:
+    """A peer's base URL as compared and hashed: stripped, without a trailing slash."""
+    return url.strip().rstrip("/")
 
 
 def get_settings(**overrides: Any) -> Settings:

@@ -23,9 +23,13 @@ class Served:
 
 @contextlib.contextmanager
 def served(
-    app: Any, make_server: Callable[[uvicorn.Config], uvicorn.Server] = uvicorn.Server, **kw: Any
+    app: Any,
+    make_server: Callable[[uvicorn.Config], uvicorn.Server] = uvicorn.Server,
+    port: int | None = None,
+    **kw: Any,
 ) -> Iterator[Served]:
-    port = free_port()
+    """``app`` served on ``port`` (default: a free one)."""
+    port = free_port() if port is None else port
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", **kw)
     server = make_server(config)
     handle = Served(server, port)

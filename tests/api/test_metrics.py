@@ -222,10 +222,14 @@ def test_every_metric_named_in_dashboards_and_docs_exists(client: TestClient):
     assert DASHBOARDS
     assert {"reflectrm_judgments_total", "vllm:kv_cache_usage_perc"} <= names
     samples = scrape(client)
+    # The forwarding counter is exposed where REFLECTRM_PEERS is set.
+    with_peers = Metrics()
+    with_peers.enable_peers()
+    samples |= parse(with_peers.render().decode())
     missing = sorted(n for n in names if n.startswith("reflectrm_") and not exposed(n, samples))
     assert not missing, f"named in the dashboards or docs/metrics.md but not exposed: {missing}"
     # And the other way round: every metric of the judge is documented.
     documented = set(METRIC_NAME.findall(METRICS_DOC.read_text()))
-    for family in Metrics().registry.collect():
+    for family in with_peers.registry.collect():
         name = family.samples[0].name if family.type == "counter" else family.name
         assert name in documented, f"{name} is missing from docs/metrics.md"

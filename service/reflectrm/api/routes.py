@@ -5,15 +5,17 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from reflectrm.api import convert, schemas
 from reflectrm.api.body import StrictJSONRoute
 from reflectrm.api.dependencies import CallDep, ServiceDep
+from reflectrm.api.peers import PeersDep
 from reflectrm.engines.base import EngineError
 from reflectrm.metrics import CONTENT_TYPE
 from reflectrm.serving.errors import UnavailableError
+from reflectrm.serving.service import cohort_name, member_asks
 
 # JSON bodies are read strictly (UTF-8, each key once, no NaN); see api/body.py.
 router = APIRouter(route_class=StrictJSONRoute)
@@ -118,10 +120,26 @@ async def rewards(
     "group's other completions have arrived in their own calls (a cohort)",
 )
 async def sample_reward(
-    body: schemas.SampleRewardRequest, service: ServiceDep, call: CallDep
-) -> schemas.SampleRewardResponse:
-    result = await service.member_reward(convert.member_ask(body), call)
-    return convert.sample_reward_response(result)
+    body: schemas.SampleRewardRequest,
+    service: ServiceDep,
+    call: CallDep,
+    request: Request,
+    peers: PeersDep,
+) -> schemas.SampleRewardResponse | Response:
+    ask = convert.member_ask(body)
+    if peers is None:
+        return convert.sample_reward_response(await service.member_reward(ask, call))
+    # With peers: the cohort's owner judges it (this call forwarded there), or this replica
+    # does, and the reply says whether the cohort was split between replicas.
+    names = [cohort_name(call.tenant, ask)]
+    timeout_s = service.cohort_timeout_s(ask)
+    routed = await peers.route(request, names, timeout_s, call.seconds, call.is_disconnected)
+    if isinstance(routed, Response):
+        call.note(peer_forwarded=True)
+        return routed
+    call.note(cohort_split=routed.split)
+    response = convert.sample_reward_response(await service.member_reward(ask, call))
+    return JSONResponse(response.model_dump(mode="json") | {"cohort_split": routed.split})
 
 
 @router.post(
@@ -136,8 +154,23 @@ async def get_reward(
     options: Annotated[schemas.OpenRLHFOptions, Query()],
     service: ServiceDep,
     call: CallDep,
-) -> schemas.OpenRLHFResponse:
+    request: Request,
+    peers: PeersDep,
+) -> schemas.OpenRLHFResponse | Response:
     samples, opts = convert.sample_asks(body), convert.sample_options(options)
-    if opts.group_size is not None:
+    if opts.group_size is None:
+        return convert.openrlhf_response(await service.sample_rewards(samples, opts, call))
+    if peers is None:
         return convert.openrlhf_cohort_response(await service.member_rewards(samples, opts, call))
-    return convert.openrlhf_response(await service.sample_rewards(samples, opts, call))
+    # With peers: as /v1/rewards/sample; every sample's extra_logs say judge_cohort_split.
+    asks = member_asks(samples, opts)
+    names = [cohort_name(call.tenant, ask) for ask in asks]
+    timeout_s = service.cohort_timeout_s(asks[0])
+    routed = await peers.route(request, names, timeout_s, call.seconds, call.is_disconnected)
+    if isinstance(routed, Response):
+        call.note(peer_forwarded=True)
+        return routed
+    call.note(cohort_split=routed.split)
+    response = convert.openrlhf_cohort_response(await service.member_rewards(samples, opts, call))
+    response.extra_logs["judge_cohort_split"] = [float(routed.split)] * len(response.rewards)
+    return response

@@ -74,6 +74,32 @@ def _conversation_id(conversation: Sequence[Message]) -> str:
     return f"conversation:{digest.hexdigest()[:16]}"
 
 
+def cohort_name(tenant: str, ask: MemberAsk) -> str:
+    """The cohort a member joins, as a text: its tenant and its group (the group_id, else the
+    conversation's digest), exactly what tells one cohort from another (``JudgingService._seat``).
+    The peers hash it to choose the cohort's owner (``serving.ownership``)."""
+    group = f"g:{ask.group_id}" if ask.group_id is not None else _conversation_id(ask.conversation)
+    return f"{tenant}\n{group}"
+
+
+def member_asks(samples: Sequence[SampleAsk], per_sample: SampleOptions) -> list[MemberAsk]:
+    """Per-sample calls' samples (OpenRLHF with ``group_size``) as members of their prompts'
+    cohorts (the prompt's text is the cohort's key)."""
+    if per_sample.group_size is None:
+        raise InvalidRequestError("group rewards per sample need group_size")
+    return [
+        MemberAsk(
+            conversation=(Message("user", sample.prompt),),
+            completion=sample_response(k, sample),
+            group_size=per_sample.group_size,
+            strategy=per_sample.strategy,
+            options=per_sample.options,
+            cohort_timeout_s=per_sample.cohort_timeout_s,
+        )
+        for k, sample in enumerate(samples)
+    ]
+
+
 def _counted(outcome: str, tie: bool) -> str:
     """The outcome a judgment is counted (and logged) under: a tie of both orders is a tie, not
     a silence, although its answer has no winner (``outcome`` no_verdict)."""
@@ -268,17 +294,7 @@ class JudgingService:
         judge = self.require_judge()
         with self._observed(call, per_sample.options.mode):
             self.limits.check_samples(len(samples))
-            asks = [
-                MemberAsk(
-                    conversation=(Message("user", sample.prompt),),
-                    completion=sample_response(k, sample),
-                    group_size=per_sample.group_size,
-                    strategy=per_sample.strategy,
-                    options=per_sample.options,
-                    cohort_timeout_s=per_sample.cohort_timeout_s,
-                )
-                for k, sample in enumerate(samples)
-            ]
+            asks = member_asks(samples, per_sample)
             seats: list[Seat] = []
             try:
                 for ask in asks:
@@ -295,6 +311,12 @@ class JudgingService:
         return results
 
     # --- cohorts ------------------------------------------------------------------------------
+
+    def cohort_timeout_s(self, ask: MemberAsk) -> float:
+        """How long the member's cohort waits for its members: the call's, else the server's."""
+        if ask.cohort_timeout_s is not None:
+            return ask.cohort_timeout_s
+        return self.settings.cohort_timeout_s
 
     def _seat(self, call: CallContext, ask: MemberAsk) -> Seat:
         """The call's member in its cohort, after the server's defaults and limits."""
