@@ -236,7 +236,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--group-sizes", type=int, nargs="+", default=[2, 3, 4])
     p.add_argument("--debias", nargs="+", default=["none", "swap"])
     p.add_argument("--mode", default="single")
-    p.add_argument("--max-tokens", type=int, default=16)
+    p.add_argument(
+        "--max-tokens", type=int, default=32, help="single mode needs 23 with the default model"
+    )
     p.add_argument("--cohort-timeout", type=float, default=30.0)
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--kv-cache-gib", default="1", help="each replica's")
@@ -351,6 +353,9 @@ async def measure(urls: Sequence[str], args: argparse.Namespace) -> dict[str, An
             "statuses": dict(Counter(str(c["status"]) for cs in warm_calls for c in cs)),
         }
         print(f"warm-up: {warmup}", flush=True)
+        refused = [c for cs in warm_calls for c in cs if c["status"] != 200]
+        if refused:  # settings the service refuses: no point in measuring
+            raise RunError(f"a warm-up call answered {refused[0]['status']}: {refused[0]}")
 
         first = {u: counts(await scrape(http, u)) for u in urls}
         calls: list[dict[str, Any]] = []
