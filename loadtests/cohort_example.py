@@ -29,7 +29,7 @@ import httpx
 if __package__ in (None, ""):  # run as a script: make the repo importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from loadtests.cohort_run import chat_prompt
+from loadtests.cohort_run import chat_prompt, openrlhf_body, reward_fields
 from loadtests.harness.process import RunError, Service, launch_service, stop_process, wait_ready
 
 QUESTION = "How do I boil an egg so the yolk is firm?"
@@ -104,22 +104,14 @@ async def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
     async with httpx.AsyncClient(base_url=url, timeout=1800) as http:
 
         async def one(text: str) -> httpx.Response:
-            body = {"query": [prompt + text], "prompts": [prompt], "labels": [None]}
-            return await http.post("/get_reward", params=params, json=body)
+            return await http.post("/get_reward", params=params, json=openrlhf_body(prompt, text))
 
         replies = await asyncio.gather(*(one(text) for text, _ in ROLLOUTS))
     rows = []
     for (text, helpful), r in zip(ROLLOUTS, replies, strict=True):
         row: dict[str, Any] = {"response": text, "helpful": helpful, "status": r.status_code}
         if r.status_code == 200:
-            out = r.json()
-            logs = out["extra_logs"]
-            row.update(
-                reward=out["rewards"][0],
-                no_verdict=logs["judge_no_verdict"][0],
-                cut=logs["judge_cohort_cut"][0],
-                judgments_per_reward=logs["judge_judgments_per_reward"][0],
-            )
+            row.update(reward_fields(r.json()))
         else:
             row["detail"] = r.text[:300]
         rows.append(row)

@@ -71,6 +71,25 @@ def chat_prompt(question: str) -> str:
     return f"<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n"
 
 
+def openrlhf_body(prompt: str, text: str) -> dict[str, Any]:
+    """One sample's ``/get_reward`` body as OpenRLHF posts it (``labels`` null)."""
+    return {"query": [prompt + text], "prompts": [prompt], "labels": [None]}
+
+
+def reward_fields(out: Mapping[str, Any]) -> dict[str, Any]:
+    """A 200 reply's reward and the cohort figures of its ``extra_logs``."""
+    logs = out["extra_logs"]
+    return {
+        "reward": out["rewards"][0],
+        "no_verdict": logs["judge_no_verdict"][0],
+        "arrived": logs["judge_cohort_arrived"][0],
+        "cut": logs["judge_cohort_cut"][0],
+        "cohort_wait_s": logs["judge_cohort_wait_s"][0],
+        "judgments_per_reward": logs["judge_judgments_per_reward"][0],
+        "generated_tokens_per_reward": logs["judge_generated_tokens_per_reward"][0],
+    }
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--out", type=Path, default=ROOT / "docs" / "cohort-run")
@@ -157,9 +176,8 @@ async def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
 
         async def one(k: int, prompt: str, text: str, delay: float) -> dict[str, Any]:
             await asyncio.sleep(delay)
-            body = {"query": [prompt + text], "prompts": [prompt], "labels": [None]}
             started = time.monotonic()
-            r = await http.post("/get_reward", params=params, json=body)
+            r = await http.post("/get_reward", params=params, json=openrlhf_body(prompt, text))
             call: dict[str, Any] = {
                 "prompt": k,
                 "response": text,
@@ -168,17 +186,7 @@ async def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
                 "seconds": round(time.monotonic() - started, 2),
             }
             if r.status_code == 200:
-                out = r.json()
-                logs = out["extra_logs"]
-                call.update(
-                    reward=out["rewards"][0],
-                    no_verdict=logs["judge_no_verdict"][0],
-                    arrived=logs["judge_cohort_arrived"][0],
-                    cut=logs["judge_cohort_cut"][0],
-                    cohort_wait_s=logs["judge_cohort_wait_s"][0],
-                    judgments_per_reward=logs["judge_judgments_per_reward"][0],
-                    generated_tokens_per_reward=logs["judge_generated_tokens_per_reward"][0],
-                )
+                call.update(reward_fields(r.json()))
             else:
                 call["detail"] = r.text[:300]
             return call

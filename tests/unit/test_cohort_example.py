@@ -20,3 +20,27 @@ def test_outranked_counts_helpful_rollouts_above_every_unhelpful_one() -> None:
     assert rank["pairs_ordered_right"] == 4.5 / 6
     assert rank["every_helpful_above_every_unhelpful"] is False
     assert outranked([0.8, 0.2], [True, False])["every_helpful_above_every_unhelpful"] is True
+
+
+def test_a_reply_gives_its_reward_and_cohort_figures() -> None:
+    from loadtests.cohort_run import openrlhf_body, reward_fields
+
+    assert openrlhf_body("Q: ", "A") == {"query": ["Q: A"], "prompts": ["Q: "], "labels": [None]}
+    logs = {
+        "judge_no_verdict": [0.0],
+        "judge_cohort_arrived": [8.0],
+        "judge_cohort_cut": [1.0],
+        "judge_cohort_wait_s": [2.5],
+        "judge_judgments_per_reward": [7.0],
+        "judge_generated_tokens_per_reward": [90.0],
+    }
+    fields = reward_fields({"rewards": [0.75], "extra_logs": logs})
+    assert fields == {
+        "reward": 0.75,
+        "no_verdict": 0.0,
+        "arrived": 8.0,
+        "cut": 1.0,
+        "cohort_wait_s": 2.5,
+        "judgments_per_reward": 7.0,
+        "generated_tokens_per_reward": 90.0,
+    }
