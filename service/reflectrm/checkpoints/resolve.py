@@ -68,12 +68,17 @@ def prepare_default_judge(
     return path
 
 
+def named_folder(model: str) -> Path:
+    """The folder a model setting names: a shipped judge's, or the setting as a path."""
+    if model == DEFAULT_MODEL:
+        return ARTIFACT_DIR
+    return SHIPPED_JUDGES.get(model) or Path(model).expanduser()
+
+
 def builds_checkpoint(model: str) -> bool:
     """Whether ``resolve_model`` builds what it serves for ``model`` (and so needs its dtype):
     the default judge, the base model, or a shipped artifact folder."""
-    return model in (DEFAULT_MODEL, BASE_MODEL, *SHIPPED_JUDGES) or is_judge_artifact(
-        Path(model).expanduser()
-    )
+    return model in (DEFAULT_MODEL, BASE_MODEL) or is_judge_artifact(named_folder(model))
 
 
 def trained_template(model: str) -> str | None:
@@ -82,8 +87,7 @@ def trained_template(model: str) -> str | None:
     None when nothing here says (the base model, a hub id, a folder without a manifest)."""
     if model == BASE_MODEL:
         return None
-    local = ARTIFACT_DIR if model == DEFAULT_MODEL else SHIPPED_JUDGES.get(model)
-    local = local or Path(model).expanduser()
+    local = named_folder(model)
     if is_judge_artifact(local):
         path = local / ARTIFACT_MANIFEST
     elif (local / MANIFEST).is_file():
@@ -111,7 +115,7 @@ def resolve_model(
             path = prepare_default_model(cache_dir, say, dtype)
         validate_checkpoint(path, template_version)
         return str(path)
-    local = SHIPPED_JUDGES.get(model) or Path(model).expanduser()
+    local = named_folder(model)
     if is_judge_artifact(local):
         # An adapter shipped by `reflectrm train ship-judge`: built into the cache like the
         # default judge, every hash checked.
