@@ -46,10 +46,15 @@ def wait_until(check: Callable[[], bool], timeout_s: float, what: str) -> None:
 @pytest.fixture(scope="module")
 def service(live: LiveService) -> Iterator[str]:
     """A second app on the session's engine, sampling every judgment for a background swap
-    check, served by uvicorn on the engine's loop."""
-    settings = e2e_settings(swap_check_fraction=1.0, max_tokens=32, num_candidates=4)
-    app = create_app(settings, engine=live.engine)
+    check, served by uvicorn on the engine's loop. It is its own only peer
+    (``REFLECTRM_PEERS`` naming itself), so the peer metrics are exposed and every cohort is
+    owned here: nothing is forwarded."""
     port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    settings = e2e_settings(
+        swap_check_fraction=1.0, max_tokens=32, num_candidates=4, peers=url, peer_url=url
+    )
+    app = create_app(settings, engine=live.engine)
     server = uvicorn.Server(
         uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
     )
@@ -57,7 +62,7 @@ def service(live: LiveService) -> Iterator[str]:
     wait_until(lambda: server.started or serving.done(), 60, "the metrics service to start")
     assert not serving.done(), serving.exception()
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield url
     finally:
         server.should_exit = True
         serving.result(timeout=120)
@@ -181,6 +186,9 @@ def test_metrics_endpoint_shows_the_judge_and_the_engine(service: str, judged: i
     assert value(samples, "reflectrm_generated_tokens_total", stage="reflections") > 0
     assert value(samples, "vllm:generation_tokens_total") > 0
     assert value(samples, "vllm:num_requests_running") >= 0
+    # Its own only peer: the cohort was owned here, not one call forwarded or judged as split.
+    for outcome in ("ok", "error", "fallback_local"):
+        assert value(samples, "reflectrm_peer_forward_total", outcome=outcome) == 0
     missing = sorted(name for name in named_metrics() if not exposed(name, samples))
     assert not missing, f"named in the dashboards or docs/metrics.md but not exposed: {missing}"
 
