@@ -385,7 +385,8 @@ class JudgingService:
             "judged as a group of %d. Members may be going to other judge URLs: a trainer given "
             "several comma-separated judge URLs (OpenRLHF's --reward.remote_url) rotates them "
             "per call and splits every group across judges; give each job one judge URL (a "
-            "judge scales by its engine fleet, docs/scaling.md). Otherwise the trainer's "
+            "judge scales by its engine fleet, docs/scaling.md) or list the judges in each "
+            "one's REFLECTRM_PEERS so each cohort has one owner. Otherwise the trainer's "
             "samples per prompt differ from group_size, or samples failed or came late.",
             cohort.group_id,
             tenant,
