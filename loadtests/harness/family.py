@@ -142,10 +142,10 @@ class Watched:
 
 
 class WatchedServe(Watched):
-    """``reflectrm serve`` on a free loopback port, watched."""
+    """``reflectrm serve`` on a loopback port (``port``, else a free one), watched."""
 
-    def __init__(self, log: Path, env: Mapping[str, str]) -> None:
-        self.port = free_port()
+    def __init__(self, log: Path, env: Mapping[str, str], port: int | None = None) -> None:
+        self.port = free_port() if port is None else port
         self.url = f"http://{HOST}:{self.port}"
         super().__init__(reflectrm_command("serve", "--port", str(self.port)), log, env)
 
