@@ -51,7 +51,7 @@ if __package__ in (None, ""):  # run as a script: make the repo importable
 from loadtests.cohort_run import PROMPTS as COHORT_PROMPTS
 from loadtests.cohort_run import chat_prompt
 from loadtests.harness.metrics import by_label, parse_metrics
-from loadtests.harness.ports import HOST, free_port
+from loadtests.harness.ports import HOST, free_ports
 from loadtests.harness.process import RunError, Service, launch, stop_process, wait_ready
 from loadtests.summary import latency_summary
 
@@ -512,9 +512,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "command": " ".join(["python -m loadtests.peers_run", *(argv or sys.argv[1:])]),
         "machine": {"cpus": os.cpu_count(), "load_average_at_start": os.getloadavg()},
     }
-    ports = [free_port(), free_port()]
-    while ports[1] == ports[0]:
-        ports[1] = free_port()
+    ports = free_ports(2)
     urls = [f"http://{HOST}:{port}" for port in ports]
     services: list[Service] = []
     try:

@@ -16,6 +16,16 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct free ports, for servers that must know each other's before they start."""
+    ports: list[int] = []
+    while len(ports) < n:
+        port = free_port()
+        if port not in ports:
+            ports.append(port)
+    return ports
+
+
 def is_loopback(url: str) -> bool:
     """Whether ``url``'s host is ``localhost`` or a loopback address (127.0.0.0/8, ::1)."""
     host = urlsplit(url).hostname or ""

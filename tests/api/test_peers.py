@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from loadtests.harness.metrics import parse_metrics
-from loadtests.harness.ports import free_port
+from loadtests.harness.ports import free_ports
 from reflectrm.api.auth import tenant_of_key
 from reflectrm.app import create_app
 from reflectrm.serving.ownership import owner
@@ -67,7 +67,7 @@ def group_owned_by(urls: Sequence[str], which: str, tenant: str = TENANT) -> str
 def replicas(engines: Sequence[PreferenceEngine | None], **settings: Any) -> Iterator[list[str]]:
     """One replica per engine, all listed in each one's REFLECTRM_PEERS; a None engine is a
     replica listed but never started (down)."""
-    ports = [free_port() for _ in engines]
+    ports = free_ports(len(engines))
     urls = [f"http://127.0.0.1:{port}" for port in ports]
     settings = {"swap_check_fraction": 0, "peers": ",".join(urls), **settings}
     with contextlib.ExitStack() as stack:
@@ -295,7 +295,7 @@ async def never_loads(settings: Settings) -> AsyncIterator[Any]:
 
 
 def test_an_owner_not_serving_yet_gets_its_members_judged_where_they_arrived():
-    ports = [free_port(), free_port()]
+    ports = free_ports(2)
     urls = [f"http://127.0.0.1:{port}" for port in ports]
     settings = {"swap_check_fraction": 0, "peers": ",".join(urls)}
     eng = engine()
@@ -316,7 +316,7 @@ def test_an_owner_not_serving_yet_gets_its_members_judged_where_they_arrived():
 
 def test_an_owners_refusal_is_relayed_as_it_is_and_counted_an_error():
     # The owner has other API keys than the replica the call reached: its 401 is the reply.
-    ports = [free_port(), free_port()]
+    ports = free_ports(2)
     urls = [f"http://127.0.0.1:{port}" for port in ports]
     settings = {"swap_check_fraction": 0, "peers": ",".join(urls)}
     engines = [engine(), engine()]

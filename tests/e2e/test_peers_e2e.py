@@ -30,9 +30,9 @@ import pytest
 from loadtests.cohort_run import chat_prompt
 from loadtests.harness.family import WatchedServe, reflectrm_env
 from loadtests.harness.metrics import by_label, parse_metrics
-from loadtests.harness.ports import HOST, free_port
+from loadtests.harness.ports import HOST, free_ports
 from loadtests.harness.process import wait_for
-from loadtests.peers_run import owner_of
+from loadtests.peers_run import ENGINE, FORWARDS, change, owner_of
 from tests.frameworks import load_openrlhf_agent
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,19 +60,13 @@ DISTINCT = [
 ]
 # Bound on a run: the cohort timeout, a judging, OpenRLHF's 5 tries 1 s apart, with room.
 HANG_S = 240.0
-ENGINE = "reflectrm_engine_requests_total"
 CLOSED = "reflectrm_cohorts_closed_total"
-FORWARDS = "reflectrm_peer_forward_total"
 
 
 @pytest.fixture(scope="module")
 def replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[WatchedServe]]:
     folder = tmp_path_factory.mktemp("peers")
-    ports: list[int] = []
-    while len(ports) < 3:
-        port = free_port()
-        if port not in ports:
-            ports.append(port)
+    ports = free_ports(3)
     urls = [f"http://{HOST}:{port}" for port in ports]
     started: list[WatchedServe] = []
     try:
@@ -97,10 +91,6 @@ def counts(replica: WatchedServe) -> dict[str, float]:
         **{f"closed_{k}": v for k, v in by_label(values, CLOSED, "how").items()},
         **{f"forward_{k}": v for k, v in by_label(values, FORWARDS, "outcome").items()},
     }
-
-
-def change(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
-    return {k: v - before.get(k, 0.0) for k, v in after.items()}
 
 
 def first_owned(urls: Sequence[str], by: str, skip: Sequence[str] = ()) -> tuple[str, tuple]:
