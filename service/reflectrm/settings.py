@@ -23,6 +23,7 @@ from reflectrm.checkpoints.resolve import DEFAULT_MODEL, trained_template
 from reflectrm.engines.config import EngineConfig, RemoteConfig
 from reflectrm.judging import defaults
 from reflectrm.judging.config import JudgeConfig
+from reflectrm.judging.types import Scoring
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
@@ -349,6 +350,13 @@ class Settings(BaseSettings):
     )
     early_exit: bool = Field(
         _JUDGE.early_exit, description="Skip reflection when every parsed stage-1 verdict agrees."
+    )
+    scoring: Scoring = Field(
+        _JUDGE.scoring,
+        description="How scores are made: 'probability', the voters' mean probability of each "
+        "verdict at the token that decides it (a single judgment's are its two verdict "
+        "probabilities); 'votes', the paper's vote shares. Every reply names the one used: "
+        "'votes' where the engine returned no verdict probabilities. docs/method-choices.md.",
     )
     allow_ablations: bool = Field(
         False,

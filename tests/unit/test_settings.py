@@ -62,6 +62,7 @@ ENV: dict[str, tuple[str, Any]] = {
     "enforce_format": ("false", False),
     "max_analysis_chars": ("500", 500),
     "early_exit": ("false", False),
+    "scoring": ("votes", "votes"),
     "seeded_sampling": ("false", False),
     "swap_check_fraction": ("0.5", 0.5),
     "swap_check_max_pending": ("3", 3),

@@ -55,7 +55,7 @@ from reflectrm.engines.base import (
     SamplingSpec,
     plain_text,
 )
-from reflectrm.engines.chat import ChatRenderer
+from reflectrm.engines.chat import ChatRenderer, continuation
 from reflectrm.engines.config import EngineConfig, RemoteConfig
 from reflectrm.engines.request_ids import judgment_id_of
 from reflectrm.retry import AttemptResult, RetryPolicy, retry_call, retry_call_async
@@ -201,7 +201,7 @@ class RemoteEngine:
             "messages": [
                 {"role": m["role"], "content": plain_text(m["content"])} for m in messages
             ],
-            "add_generation_prompt": True,
+            **continuation(messages),
             "add_special_tokens": False,
             "chat_template_kwargs": CHAT_TEMPLATE_KWARGS,
         }
@@ -221,7 +221,7 @@ class RemoteEngine:
             "n": spec.n,
             "temperature": spec.temperature,
             "max_tokens": spec.max_tokens,
-            "logprobs": 0,
+            "logprobs": spec.top_logprobs,
             "return_token_ids": True,
             "include_stop_str_in_output": True,
         }
@@ -333,11 +333,14 @@ def parse_completion(
             raise bad(f"{len(token_ids)} token ids but {len(logprobs)} log-probs")
         reason = choice.get("finish_reason")
         finish: FinishReason = reason if reason in ("stop", "length") else "abort"
+        tokens, top = _alternatives(choice.get("logprobs") or {}, spec.top_logprobs)
         generations.append(
             Generation(
                 text=str(choice.get("text", "")),
                 token_logprobs=tuple(float(lp) for lp in logprobs),
                 finish_reason=finish,
+                tokens=tokens,
+                top_logprobs=top,
             )
         )
     usage = data.get("usage") or {}
@@ -347,6 +350,24 @@ def parse_completion(
         prompt_tokens=len(prompt.token_ids),
         cached_prompt_tokens=int(details.get("cached_tokens") or 0),
     )
+
+
+def _alternatives(
+    logprobs: dict[str, Any], wanted: int
+) -> tuple[tuple[str, ...], tuple[tuple[tuple[str, float], ...], ...]]:
+    """The sampled tokens' texts and each position's likeliest tokens, as the completions API
+    gives them (``tokens``, ``top_logprobs``: one {text: log-prob} per position); empty when not
+    asked for, or when the fleet ignored the request (the judge then reports its fallback)."""
+    tokens, top = logprobs.get("tokens"), logprobs.get("top_logprobs")
+    if not wanted or not isinstance(tokens, list) or not isinstance(top, list):
+        return (), ()
+    if len(top) != len(tokens) or not all(isinstance(entry, dict) for entry in top):
+        return (), ()
+    alternatives = tuple(
+        tuple((str(text), float(lp)) for text, lp in entry.items() if lp is not None)
+        for entry in top
+    )
+    return tuple(str(t) for t in tokens), alternatives
 
 
 # --- opening the engine ---------------------------------------------------------------------

@@ -177,7 +177,8 @@ class VLLMEngine:
             temperature=spec.temperature,
             max_tokens=spec.max_tokens,
             seed=spec.seed,
-            logprobs=0,  # the sampled token's own log-prob at every position
+            # The sampled token's own log-prob at every position, and the likeliest others'.
+            logprobs=spec.top_logprobs,
             stop=list(spec.stop) or None,
             include_stop_str_in_output=True,
             output_kind=RequestOutputKind.FINAL_ONLY,
@@ -196,7 +197,8 @@ class VLLMEngine:
             raise EngineError("the vLLM engine has stopped; restart the service") from exc
         if final is None:
             raise EngineError(f"the engine returned nothing for request {request_id}")
-        generations = tuple(_generation(c) for c in sorted(final.outputs, key=lambda c: c.index))
+        outputs = sorted(final.outputs, key=lambda c: c.index)
+        generations = tuple(_generation(c, spec.top_logprobs) for c in outputs)
         return GenerationResult(
             generations=generations,
             prompt_tokens=len(prompt.token_ids),
@@ -209,17 +211,30 @@ class VLLMEngine:
         await self._llm.check_health()
 
 
-def _generation(c: Any) -> Generation:
+def _generation(c: Any, top: int = 0) -> Generation:
     logprobs: list[float] = []
+    tokens: list[str] = []
+    alternatives: list[tuple[tuple[str, float], ...]] = []
     if c.logprobs is not None:
         for token_id, entry in zip(c.token_ids, c.logprobs, strict=False):
             logprobs.append(float(entry[token_id].logprob))
+            if top:
+                tokens.append(entry[token_id].decoded_token or "")
+                alternatives.append(
+                    tuple((lp.decoded_token or "", float(lp.logprob)) for lp in entry.values())
+                )
     finish: FinishReason = "abort"
     if c.finish_reason == "stop":
         finish = "stop"
     elif c.finish_reason == "length":
         finish = "length"
-    return Generation(text=c.text, token_logprobs=tuple(logprobs), finish_reason=finish)
+    return Generation(
+        text=c.text,
+        token_logprobs=tuple(logprobs),
+        finish_reason=finish,
+        tokens=tuple(tokens),
+        top_logprobs=tuple(alternatives),
+    )
 
 
 @contextlib.asynccontextmanager

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from reflectrm.judging.prompts import TEMPLATE_VERSION
+from reflectrm.judging.types import Scoring
 
 
 @dataclass(frozen=True)
@@ -29,3 +30,6 @@ class JudgeConfig:
     early_exit: bool = True
     # Pass each request's seed to the engine, so that stage 1 is reproducible.
     seeded_sampling: bool = True
+    # Scores as the voters' mean verdict probabilities ("probability"), or the paper's vote
+    # shares ("votes"); docs/method-choices.md.
+    scoring: Scoring = "probability"
