@@ -74,6 +74,9 @@ class SamplingSpec:
     # How many of the likeliest tokens to report at each generated position, with their
     # log-probs (``Generation.top_logprobs``); 0: the sampled token's log-prob alone.
     top_logprobs: int = 0
+    # Report the log-prob of each prompt token given those before it
+    # (``GenerationResult.prompt_logprobs``): a text's likelihood in one prefill.
+    prompt_logprobs: bool = False
 
 
 # The likeliest tokens at one position: each token's text and log-prob.
@@ -105,6 +108,8 @@ class GenerationResult:
     prompt_tokens: int
     # Prompt tokens whose KV cache the engine reused from an earlier request (prefix caching).
     cached_prompt_tokens: int = 0
+    # With SamplingSpec.prompt_logprobs: the log-prob of each prompt token but the first.
+    prompt_logprobs: tuple[float, ...] = ()
 
     @property
     def generated_tokens(self) -> int:

@@ -231,6 +231,8 @@ class RemoteEngine:
             body["stop"] = list(spec.stop)
         if spec.regex is not None:
             body["structured_outputs"] = {"regex": spec.regex}
+        if spec.prompt_logprobs:
+            body["prompt_logprobs"] = 0  # vLLM's extension of the completions API
         return body
 
     def headers_for(self, request_id: str) -> dict[str, str]:
@@ -349,7 +351,26 @@ def parse_completion(
         generations=tuple(generations),
         prompt_tokens=len(prompt.token_ids),
         cached_prompt_tokens=int(details.get("cached_tokens") or 0),
+        prompt_logprobs=_prompt_logprobs(choices, prompt, bad) if spec.prompt_logprobs else (),
     )
+
+
+def _prompt_logprobs(
+    choices: list[dict[str, Any]], prompt: Prompt, bad: Callable[[str], EngineError]
+) -> tuple[float, ...]:
+    """The prompt tokens' log-probs of a vLLM completions answer (``prompt_logprobs``: per
+    position None or {token id: {"logprob": x, ...}}); the first token has none."""
+    entries = choices[0].get("prompt_logprobs")
+    if not isinstance(entries, list) or len(entries) != len(prompt.token_ids):
+        raise bad("no prompt log-probs (a fleet that is not vLLM ignores prompt_logprobs)")
+    out = []
+    for token, entry in zip(prompt.token_ids[1:], entries[1:], strict=True):
+        value = entry.get(str(token)) if isinstance(entry, dict) else None
+        logprob = value.get("logprob") if isinstance(value, dict) else value
+        if not isinstance(logprob, (int, float)):
+            raise bad(f"no log-prob for prompt token {token}")
+        out.append(float(logprob))
+    return tuple(out)
 
 
 def _alternatives(

@@ -179,6 +179,7 @@ class VLLMEngine:
             seed=spec.seed,
             # The sampled token's own log-prob at every position, and the likeliest others'.
             logprobs=spec.top_logprobs,
+            prompt_logprobs=0 if spec.prompt_logprobs else None,
             stop=list(spec.stop) or None,
             include_stop_str_in_output=True,
             output_kind=RequestOutputKind.FINAL_ONLY,
@@ -203,12 +204,25 @@ class VLLMEngine:
             generations=generations,
             prompt_tokens=len(prompt.token_ids),
             cached_prompt_tokens=int(getattr(final, "num_cached_tokens", 0) or 0),
+            prompt_logprobs=_prompt_logprobs(final, prompt) if spec.prompt_logprobs else (),
         )
 
     async def check_health(self) -> None:
         if self._llm.errored:
             raise EngineError("the vLLM engine has stopped; restart the service")
         await self._llm.check_health()
+
+
+def _prompt_logprobs(final: Any, prompt: Prompt) -> tuple[float, ...]:
+    """Each prompt token's log-prob (the first has none): vLLM's entry k maps token ids to
+    log-probs, the prompt's own token k among them."""
+    entries = list(final.prompt_logprobs or ())[1:]
+    if len(entries) != len(prompt.token_ids) - 1:
+        raise EngineError("the engine returned no log-prob for some prompt tokens")
+    return tuple(
+        float(entry[token].logprob)
+        for token, entry in zip(prompt.token_ids[1:], entries, strict=True)
+    )
 
 
 def _generation(c: Any, top: int = 0) -> Generation:

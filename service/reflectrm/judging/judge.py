@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
+import json
+import math
 import random
 import re
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from reflectrm.aio import gather_all
-from reflectrm.engines.base import Engine, Generation, Prompt, SamplingSpec
+from reflectrm.engines.base import Engine, Generation, GenerationResult, Prompt, SamplingSpec
 from reflectrm.engines.request_ids import reflection_request_id, rollout_request_id
 from reflectrm.judging.confidence import bottom_fraction_confidence
 from reflectrm.judging.config import JudgeConfig
@@ -24,6 +28,7 @@ from reflectrm.judging.parsing import parse_output
 from reflectrm.judging.prompts import (
     CRITIQUE_VERDICTS,
     RESPONSE_VERDICTS,
+    answer_chat,
     get_template,
     margin_chat,
     output_regex,
@@ -53,6 +58,9 @@ from reflectrm.judging.verdicts import (
 VERDICT_RESERVE_TOKENS = 24
 STOP = ("</Result>",)
 REFLECTION_MARGIN_TOKENS = 16
+# Responses whose likelihood (margin mode) a judge keeps: a cohort's or a group's responses are
+# each compared with several others.
+LIKELIHOOD_CACHE_SIZE = 4096
 # Reflections go before waiting stage-1 requests where the engine schedules by priority, so a
 # judgment that has reached stage 2 finishes before new ones take the engine.
 REFLECTION_PRIORITY = -1
@@ -126,6 +134,7 @@ class Judge:
         # format ties to the verdict, else the <Result> sentence that the parser reads.
         self._at_result = not (self.template.decision_first and config.enforce_format)
         self.margin_error = self._check_margin()
+        self._likelihoods: OrderedDict[str, float] = OrderedDict()
 
     def _candidate(self, index: int, g: Generation) -> Candidate:
         p = parse_output(g.text, "Response", truncated=g.finish_reason == "length")
@@ -268,12 +277,75 @@ class Judge:
         spec = self.stage1_spec(prepared.request, n)
         started = time.monotonic()
         result = await self.engine.generate(prepared.prompt, spec, rollout_request_id(request_id))
-        read = _margin_candidate if prepared.request.mode == "margin" else self._candidate
+        if prepared.request.mode == "margin":
+            candidate, usage = await self._margin(prepared.request, result, request_id)
+            return DrawnCandidates((candidate,), usage, time.monotonic() - started)
         return DrawnCandidates(
-            candidates=tuple(read(i, g) for i, g in enumerate(result.generations)),
+            candidates=tuple(self._candidate(i, g) for i, g in enumerate(result.generations)),
             usage=EngineUsage.of(result),
             seconds=time.monotonic() - started,
         )
+
+    async def _margin(
+        self, request: JudgmentSpec, result: GenerationResult, request_id: str
+    ) -> tuple[Candidate, EngineUsage]:
+        """Margin mode's candidate: the verdict digit's log-odds, weighted, plus (with a
+        likelihood weight) the weighted difference of the two responses' likelihoods."""
+        candidate, usage = _margin_candidate(0, result.generations[0]), EngineUsage.of(result)
+        a, w = self.config.margin_verdict_weight, self.config.margin_likelihood_weight
+        if candidate.probabilities is None or (a == 1.0 and w == 0.0):
+            return candidate, usage
+        p1, p2 = candidate.probabilities
+        z = a * (math.log(p1) - math.log(p2))
+        likelihoods = None
+        if w:
+            (l1, u1), (l2, u2) = await gather_all(
+                [
+                    self.likelihood(request.conversation, r, f"{request_id}-l{k}")
+                    for k, r in enumerate(request.responses, 1)
+                ]
+            )
+            z, usage, likelihoods = z + w * (l1 - l2), usage + u1 + u2, (l1, l2)
+        q1 = 1.0 / (1.0 + math.exp(-max(-50.0, min(50.0, z))))
+        verdict = 1 if q1 > 0.5 else 2 if q1 < 0.5 else None
+        combined = dataclasses.replace(
+            candidate,
+            verdict=verdict,
+            parse_error=None if verdict else "even",
+            probabilities=(q1, 1.0 - q1) if verdict else None,
+            likelihoods=likelihoods,
+        )
+        return combined, usage
+
+    async def likelihood(
+        self, conversation: Sequence[Message], response: str, request_id: str
+    ) -> tuple[float, EngineUsage]:
+        """The mean log-prob of ``response``'s tokens as the model's own answer to the
+        conversation (one prefill), and the engine work it took (none when it was cached)."""
+        key = hashlib.sha256(
+            json.dumps([[(m.role, m.content) for m in conversation], response]).encode()
+        ).hexdigest()
+        if key in self._likelihoods:
+            self._likelihoods.move_to_end(key)
+            return self._likelihoods[key], EngineUsage()
+        question = [*answer_chat(conversation, "")[:-1]]
+        prefix, full = await asyncio.to_thread(
+            lambda: (
+                self.engine.render_chat(question),
+                self.engine.render_chat(answer_chat(conversation, response)),
+            )
+        )
+        start = _common_prefix(prefix.token_ids, full.token_ids)
+        if start >= len(full.token_ids):
+            return 0.0, EngineUsage()
+        spec = SamplingSpec(n=1, temperature=0.0, max_tokens=1, prompt_logprobs=True)
+        result = await self.engine.generate(full, spec, request_id)
+        own = result.prompt_logprobs[max(0, start - 1) :]
+        value = sum(own) / len(own) if own else 0.0
+        self._likelihoods[key] = value
+        if len(self._likelihoods) > LIKELIHOOD_CACHE_SIZE:
+            self._likelihoods.popitem(last=False)
+        return value, EngineUsage.of(result)
 
     async def run_from(
         self, request: JudgmentSpec, drawn: DrawnCandidates, request_id: str
@@ -416,6 +488,16 @@ def majority(verdicts: Sequence[int]) -> int | None:
 
 
 _NAMED = re.compile(r"\b(Response|Critique)\s*[12]\b")
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading tokens ``a`` and ``b`` share."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
 
 
 def _margin_candidate(index: int, g: Generation) -> Candidate:

@@ -300,6 +300,16 @@ def margin_chat(
     return [*preference_chat(template, conversation, response_1, response_2), lead]
 
 
+def answer_chat(conversation: Sequence[Message], response: str) -> list[ChatMessage]:
+    """The conversation itself, as the model's own chat, followed by ``response`` as the
+    assistant's turn (left open): the prompt whose last tokens' log-probs are the response's
+    likelihood given the conversation."""
+    chat: list[ChatMessage] = [
+        {"role": m.role, "content": (Quoted(m.content),)} for m in conversation
+    ]
+    return [*chat, {"role": "assistant", "content": (Quoted(response),)}]
+
+
 def reflection_chat(
     template: Template,
     conversation: Sequence[Message],

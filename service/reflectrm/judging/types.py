@@ -77,6 +77,9 @@ class Candidate:
     # The judge's probabilities of verdicts 1 and 2 at the digit that decided this output; None
     # when the engine gave none (or the output has no verdict).
     probabilities: tuple[float, float] | None = None
+    # Margin mode with a likelihood weight: each response's mean token log-prob given the
+    # conversation.
+    likelihoods: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)
