@@ -63,6 +63,8 @@ ENV: dict[str, tuple[str, Any]] = {
     "max_analysis_chars": ("500", 500),
     "early_exit": ("false", False),
     "scoring": ("votes", "votes"),
+    "margin_verdict_weight": ("0.5", 0.5),
+    "margin_likelihood_weight": ("2.5", 2.5),
     "seeded_sampling": ("false", False),
     "swap_check_fraction": ("0.5", 0.5),
     "swap_check_max_pending": ("3", 3),

@@ -157,8 +157,9 @@ class Judge:
         twos = self.engine.render_chat(margin_chat(self.template, conv, "a", "b", 2)).token_ids
         if len(ones) != len(twos) or ones[:-1] != twos[:-1] or ones[-1] == twos[-1]:
             return (
-                f"margin mode needs each verdict digit to be one token of {self.engine.model_name}'s "
-                "tokenizer after the same prefix; it is not: use mode single or reflect"
+                "margin mode needs each verdict digit to be one token of the tokenizer of "
+                f"{self.engine.model_name} after the same prefix; it is not: use mode single or "
+                "reflect"
             )
         return None
 
@@ -504,7 +505,8 @@ def _margin_candidate(index: int, g: Generation) -> Candidate:
     """Margin mode's one output: the verdict digit's alternatives; the verdict is the likelier
     digit, and without alternatives (an engine that returned none) there is no verdict."""
     probabilities = digit_probabilities(g.top_logprobs[0]) if g.top_logprobs else None
-    verdict, error = None, "no_probability"
+    verdict: int | None = None
+    error: str | None = "no_probability"
     if probabilities is not None:
         p1, p2 = probabilities
         verdict, error = (1, None) if p1 > p2 else (2, None) if p2 > p1 else (None, "even")
