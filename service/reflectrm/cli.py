@@ -1,4 +1,4 @@
-"""The ``reflectrm`` command: serve, judge, prepare-model (and the eval and train jobs)."""
+"""The ``reflectrm`` command: serve, judge, prepare-model; eval and train come from the harness."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import asyncio
 import json
 import logging
 import sys
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
@@ -175,17 +176,45 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_jobs(sub: Any) -> None:
-    """The evaluation and training jobs register their own sub-commands."""
-    from reflectrm.evaluation.cli import add_parser as add_eval
-    from reflectrm.training.cli import add_parser as add_train
+# The commands another distribution adds (the harness: eval, train), found by this entry-point
+# group, so that the serving package never imports them.
+COMMANDS_GROUP = "reflectrm.commands"
+HARNESS_COMMANDS = {
+    "eval": "benchmark accuracy and positional consistency (needs the harness)",
+    "train": "train a judge (needs the harness)",
+}
+HARNESS_INSTALL = "pip install -e harness (from the repository; `make setup` installs it)"
 
-    add_eval(sub)
-    add_train(sub)
+
+def _add_jobs(sub: Any) -> None:
+    """Each installed command of the group registers its own sub-command; eval and train, when
+    the harness is not installed, say in one line what to install."""
+    found = set()
+    for entry in entry_points(group=COMMANDS_GROUP):
+        entry.load()(sub)
+        found.add(entry.name)
+    for name, help_text in HARNESS_COMMANDS.items():
+        if name not in found:
+            p = sub.add_parser(name, help=help_text, add_help=False)
+            p.set_defaults(func=_harness_missing(name), takes_any=True)
+
+
+def _harness_missing(name: str) -> Any:
+    def run(args: argparse.Namespace) -> int:
+        print(
+            f"reflectrm {name} needs the harness (reflectrm-harness): {HARNESS_INSTALL}",
+            file=sys.stderr,
+        )
+        return 2
+
+    return run
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown and not getattr(args, "takes_any", False):
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     _configure_logging(args.log_level)
     if args.func is cmd_serve:
         return cmd_serve(args)  # drains on SIGTERM itself (reflectrm.server)
