@@ -3,8 +3,9 @@
 - ``judge/``: the recipe that built the served default judge (artifacts/judge): a held-out
   split, supervised LoRA training of the output format (``sft``), an added verdict layer fitted
   on that run's states (``verdict_layer``), and shipping the result with its manifest
-  (``ship``); ``heldout`` writes the held-out pairs for ``reflectrm eval``; ``probe`` is a
-  verdict head that was tried and not shipped.
+  (``ship``); ``heldout`` writes the held-out pairs for ``reflectrm eval``. The Qwen judge
+  (artifacts/judge-qwen05b) was built by ``states`` (one states pass), ``pool`` (its split),
+  ``readout`` and ``marker_layer``.
 - ``grpo/``: the paper's recipe: the base model's own judgments built into preference and
   reflection items (``data``), GRPO on them (``train``), an optional format warm-up, the export
   of a servable checkpoint and a quick before/after check.

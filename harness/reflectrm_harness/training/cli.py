@@ -45,7 +45,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     _add_warmup(commands)
     _add_check(commands)
     _add_judge(commands)
-    _add_probe(commands)
     _add_verdict(commands)
     _add_ship(commands)
     _add_heldout(commands)
@@ -217,21 +216,6 @@ def _add_judge(commands: Any) -> None:
     p.set_defaults(func=run_judge)
 
 
-def _add_probe(commands: Any) -> None:
-    p = commands.add_parser(
-        "probe",
-        help="fit a linear verdict head on a judge run's hidden states (closed form, resumable "
-        "feature pass) and write it for ship-judge --probe",
-    )
-    _add_pool(p, "the held-out split file of the run (its pairs are never read)")
-    p.add_argument("--run", required=True, type=Path, help="the run folder of `train judge`")
-    p.add_argument("--out", required=True, type=Path, help="the probe's folder")
-    p.add_argument("--resume", action="store_true", help="continue the feature pass in --out")
-    p.add_argument("--fit-only", action="store_true", help="fit on the features saved so far")
-    _add_set(p, "ProbeConfig", "max_pairs=800")
-    p.set_defaults(func=run_probe)
-
-
 def _add_verdict(commands: Any) -> None:
     p = commands.add_parser(
         "verdict",
@@ -263,7 +247,6 @@ def _add_ship(commands: Any) -> None:
         type=Path,
         help="a JSON file of held-out figures to record (e.g. an eval report's summary)",
     )
-    p.add_argument("--probe", type=Path, help="a `train probe` folder whose verdict head ships too")
     p.add_argument(
         "--verdict", type=Path, help="a `train verdict` folder whose top layers ship too"
     )
@@ -429,36 +412,6 @@ def run_judge(args: argparse.Namespace) -> int:
 
 
 @_friendly
-def run_probe(args: argparse.Namespace) -> int:
-    from reflectrm.checkpoints.base import base_model_dir
-    from reflectrm_harness.training.judge import probe
-    from reflectrm_harness.training.judge.split import read_sources, read_split, training_pairs
-
-    config = make_settings(probe.ProbeConfig, parse_overrides(args.overrides, probe.ProbeConfig))
-    split, sources = read_split(args.split), read_sources(args.data)
-    pairs = training_pairs(split, sources)
-    report = probe.run_probe(
-        base_model_dir(),
-        args.run,
-        pairs,
-        args.out,
-        config,
-        args.resume,
-        args.fit_only,
-    )
-    print(
-        json.dumps(
-            {
-                "penalty": report["penalty"],
-                "consistency": report["consistency"],
-                **report["cross_validated"]["all"],
-            }
-        )
-    )
-    return 0
-
-
-@_friendly
 def run_verdict(args: argparse.Namespace) -> int:
     from reflectrm.checkpoints.base import base_model_dir
     from reflectrm_harness.training.judge import verdict_layer
@@ -488,7 +441,6 @@ def run_ship(args: argparse.Namespace) -> int:
         args.name,
         args.command,
         heldout,
-        args.probe,
         args.verdict,
     )
     print(json.dumps(manifest["files"], indent=1))

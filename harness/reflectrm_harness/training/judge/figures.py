@@ -1,7 +1,7 @@
 """The figures of a set of verdicts on the judge recipe's items: accuracy with its Wilson
 interval, the share naming Response 1, the pairs right in both orders and the length heuristic
-on the same items, in all and per source (``probe`` and ``verdict_layer`` report them, in the
-files named here, which ``ship`` records in the artifact's manifest)."""
+on the same items, in all and per source (``verdict_layer`` reports them in the file named
+here, which ``ship`` records in the artifact's manifest)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-PROBE_REPORT = "probe-report.json"
 VERDICT_REPORT = "verdict-report.json"
 
 

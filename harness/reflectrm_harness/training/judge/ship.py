@@ -26,12 +26,11 @@ from reflectrm.checkpoints.files import (
     ADAPTER_CONFIG,
     ADAPTER_WEIGHTS,
     ARTIFACT_MANIFEST,
-    PROBE_WEIGHTS,
     SPLIT_FILE,
     VERDICT_WEIGHTS,
     file_sha256,
 )
-from reflectrm_harness.training.judge.figures import PROBE_REPORT, VERDICT_REPORT
+from reflectrm_harness.training.judge.figures import VERDICT_REPORT
 from reflectrm_harness.training.judge.model import ADAPTER_DIR
 from reflectrm_harness.training.judge.sft import CONFIG_FILE, SUMMARY_FILE
 from reflectrm_harness.training.judge.split import held_out_keys, read_sources, read_split
@@ -45,12 +44,10 @@ def ship_judge(
     name: str,
     command: str,
     heldout: dict[str, Any] | None = None,
-    probe: Path | None = None,
     verdict: Path | None = None,
 ) -> dict[str, Any]:
-    """``probe``: a folder of ``reflectrm train probe`` whose verdict head ships with the
-    adapter (its file hashed like the others, its report in the manifest); ``verdict``: a
-    folder of ``reflectrm train verdict`` whose top layers ship the same way."""
+    """``verdict``: a folder of ``reflectrm train verdict`` whose added layer ships with the
+    adapter (its file hashed like the others, its report in the manifest)."""
     summary_path = run / SUMMARY_FILE
     if not summary_path.is_file():
         raise ValueError(f"{run} has no {SUMMARY_FILE}: the run has not finished")
@@ -64,10 +61,6 @@ def ship_judge(
     adapter_config["base_model_name_or_path"] = DEFAULT_MODEL_NAME
     (to / ADAPTER_CONFIG).write_text(json.dumps(adapter_config, indent=2, sort_keys=True) + "\n")
     shipped = [ADAPTER_WEIGHTS, ADAPTER_CONFIG, SPLIT_FILE]
-    (to / PROBE_WEIGHTS).unlink(missing_ok=True)
-    if probe is not None:
-        shutil.copyfile(probe / PROBE_WEIGHTS, to / PROBE_WEIGHTS)
-        shipped.append(PROBE_WEIGHTS)
     (to / VERDICT_WEIGHTS).unlink(missing_ok=True)
     if verdict is not None:
         shutil.copyfile(verdict / VERDICT_WEIGHTS, to / VERDICT_WEIGHTS)
@@ -105,9 +98,6 @@ def ship_judge(
         "threads": summary["threads"],
         "cpu": summary["cpu"],
     }
-    if probe is not None:
-        report = json.loads((probe / PROBE_REPORT).read_text())
-        manifest["probe"] = {k: v for k, v in report.items() if k != "by_setting"}
     if verdict is not None:
         report = json.loads((verdict / VERDICT_REPORT).read_text())
         manifest["verdict"] = report

@@ -2,7 +2,7 @@
 
 The supervised step (``sft``) teaches the output format in an hour of two CPU cores but, at
 that budget, not the preference. A linear head on the state at the verdict's position
-(``probe``, tried and not shipped) finds little: that state has folded both responses together.
+(tried and not shipped) finds little: that state has folded both responses together.
 The states at the two end markers of the judging prompt (``[End of Response 1]``, ``[End of
 Response 2]``) hold far more: a logistic readout of their difference separates better from
 worse, and it is position-free by construction (the same readout scores either slot). This step
