@@ -48,8 +48,9 @@ if [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; then
   echo "$want" > "$STAMP"
 fi
 
-# The default model: converted once into the cache folder, verified on every run.
-"$VENV/bin/reflectrm" prepare-model >/dev/null
+# The preparation step: the default judge built once into the cache folder (in float32 and in the
+# dtype it is served in), verified on every run; `reflectrm serve` only finds it.
+"$VENV/bin/reflectrm" prepare-model default >/dev/null
 
 # The trainers' own packages that the tests run against (OpenRLHF, verl, NeMo Gym, pinned in
 # requirements/): fetched once into the cache, verified by their hashes.

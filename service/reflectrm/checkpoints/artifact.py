@@ -33,6 +33,7 @@ from reflectrm.checkpoints.files import (
     building,
     file_sha256,
 )
+from reflectrm.checkpoints.validate import NotPreparedError
 
 
 class ArtifactError(ValueError):
@@ -95,10 +96,12 @@ def prepare_judge(
     say: Callable[[str], None] = print,
     artifact: Path = ARTIFACT_DIR,
     dtype: str = "float32",
+    build: bool = True,
 ) -> Path:
     """The served judge of ``artifact`` in ``dtype``: built from base + adapter once
     (``prepare_base`` gives the float32 base checkpoint's folder; the merge is done in float32,
-    then written in ``dtype``), its inputs checked each time."""
+    then written in ``dtype``), its inputs checked each time; unless ``build``, only found
+    (NotPreparedError when it is not there)."""
     manifest = read_manifest(artifact)
     dtype = canonical(dtype)
     target = judge_dir(cache_dir, manifest, dtype)
@@ -109,6 +112,8 @@ def prepare_judge(
         check_artifact(artifact, manifest, None)
         if gguf.stat().st_size == manifest["base_model"]["gguf_size"] and _intact(target):
             return target
+    if not build:
+        raise NotPreparedError(f"{target} is not built")
     check_artifact(artifact, manifest, gguf)
     base = prepare_base()
     say(f"building the default judge {manifest['name']} from {base.name} + its adapter ...")

@@ -97,7 +97,9 @@ def train(cfg: GRPOSettings, data: Path, cache_dir: Path | None = None) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     items = read_items(data)
     check_items(items, cfg.template_version)
-    base = resolve_model(cfg.model, cache_dir or default_cache_dir(), cfg.template_version)
+    cache = cache_dir or default_cache_dir()
+    # Training reads the float32 base, built here when set-up has not yet.
+    base = resolve_model(cfg.model, cache, cfg.template_version, build=True)
     gpu = has_gpu()
     tokenizer = load_tokenizer(base)
     chat = chat_template_kwargs(tokenizer)

@@ -87,9 +87,9 @@ def warmup(settings: WarmupSettings, judgments: Path, cache_dir: Path | None = N
     examples = warmup_examples(judged, settings, random.Random(settings.seed))
     if not examples:
         raise ValueError(f"{judgments} has no correct judgments in both positions to learn from")
-    base = resolve_model(
-        settings.model, cache_dir or default_cache_dir(), settings.template_version
-    )
+    cache = cache_dir or default_cache_dir()
+    # Training reads the float32 base, built here when set-up has not yet.
+    base = resolve_model(settings.model, cache, settings.template_version, build=True)
     out = Path(settings.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     gpu = has_gpu()
