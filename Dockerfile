@@ -95,7 +95,7 @@ RUN --mount=type=secret,id=pip_cert \
 # takes only the files, so a code edit that leaves them byte-identical re-adds no model layer.
 FROM runtime AS model
 RUN --mount=type=bind,target=/tmp/src \
-    PYTHONPATH=/tmp/src/service PYTHONDONTWRITEBYTECODE=1 python -m reflectrm.cli prepare-model
+    PYTHONPATH=/tmp/src/service PYTHONDONTWRITEBYTECODE=1 python -m reflectrm.cli prepare-model default
 
 FROM runtime
 COPY --from=model --chown=10001:10001 /opt/reflectrm/cache /opt/reflectrm/cache

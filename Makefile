@@ -13,21 +13,22 @@ system-deps:
 serve: setup
 	$(BIN)/reflectrm serve
 
-# The Docker image tests build multi-GB images: they run in `make test-docker`, not here.
+# The Docker image tests build multi-GB images: they run in `make test-docker`, not here. The suite
+# covers both distributions: tests/ (the serving package) and harness/tests (the harness).
 test: setup system-deps
-	$(BIN)/python -m pytest tests --ignore=tests/docker
+	$(BIN)/python -m pytest tests harness/tests --ignore=tests/docker
 
 test-unit: setup
-	$(BIN)/python -m pytest tests/unit tests/api
+	$(BIN)/python -m pytest tests/unit tests/api harness/tests
 
 # The images built and run on a real Docker engine (root, or a running Docker engine).
 test-docker: setup system-deps
 	$(BIN)/python -m pytest tests/docker
 
 lint: setup
-	$(BIN)/ruff check service tests scripts loadtests studies
-	$(BIN)/ruff format --check service tests scripts loadtests studies
-	$(BIN)/mypy service/reflectrm loadtests studies scripts/reliability_tables.py
+	$(BIN)/ruff check service harness tests scripts loadtests studies
+	$(BIN)/ruff format --check service harness tests scripts loadtests studies
+	$(BIN)/mypy service/reflectrm harness/reflectrm_harness loadtests studies scripts/reliability_tables.py
 
 eval: setup
 	$(BIN)/reflectrm eval $(ARGS)

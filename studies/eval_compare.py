@@ -17,7 +17,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from reflectrm.evaluation import records
+from reflectrm_harness.evaluation import records
 
 IGNORED = ("latency_ms",)
 

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from reflectrm.evaluation.records import load
+from reflectrm_harness.evaluation.records import load
 
 
 def read_pairs(path: Path) -> dict[str, dict[str, Any]]:

@@ -31,7 +31,7 @@ import httpx
 from loadtests.harness.metrics import parse_metrics
 from loadtests.harness.process import launch_service, stop_process, wait_ready
 from reflectrm.datasets import read_pairs
-from reflectrm.training.judge.figures import wilson
+from reflectrm_harness.training.judge.figures import wilson
 
 
 def offline_consistency(results: Path, ids: set[str], mode: str) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The ``reflectrm`` command: serve, judge, prepare-model (and the eval and train jobs)."""
+"""The ``reflectrm`` command: serve, judge, prepare-model; eval and train come from the harness."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import asyncio
 import json
 import logging
 import sys
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
@@ -43,26 +44,35 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_prepare_model(args: argparse.Namespace) -> int:
-    from reflectrm.checkpoints.artifact import is_judge_artifact
-    from reflectrm.checkpoints.base import prepare_default_model
-    from reflectrm.checkpoints.files import ARTIFACT_DIR
-    from reflectrm.checkpoints.resolve import prepare_default_judge
+    from reflectrm.checkpoints.resolve import (
+        BASE_MODEL,
+        DEFAULT_MODEL,
+        SHIPPED_JUDGES,
+        prepare_model,
+    )
     from reflectrm.checkpoints.validate import CheckpointError, validate_checkpoint
     from reflectrm.engines.vllm_engine import served_dtype
 
-    settings = get_settings()
+    settings = get_settings(model=args.name)
     cache = Path(args.cache_dir) if args.cache_dir else settings.cache_dir
-    dtype = served_dtype(settings.engine_config())
+    dtype = args.dtype or served_dtype(settings.engine_config())
 
     def say(message: str) -> None:
         print(message, file=sys.stderr)
 
     try:
-        prepare_default_model(cache, say=say)  # float32: what training and the merge read
-        if not args.base_only and is_judge_artifact(ARTIFACT_DIR):
-            path = prepare_default_judge(cache, say=say, dtype=dtype)
-        else:
-            path = prepare_default_model(cache, say=say, dtype=dtype)
+        if args.name in (DEFAULT_MODEL, BASE_MODEL):
+            # float32 too: what tokenizers, training and the merge read
+            prepare_model(args.name, cache, "float32", say)
+        path = prepare_model(args.name, cache, dtype, say)
+        if path is None:
+            print(
+                f"reflectrm prepare-model: {args.name!r} is not built here (a checkpoint folder "
+                "or a hub id is served as it is); names: default, base, "
+                f"{', '.join(sorted(SHIPPED_JUDGES))}, or an artifact folder",
+                file=sys.stderr,
+            )
+            return 2
         validate_checkpoint(path, settings.template_version)
     except CheckpointError as exc:
         print(f"reflectrm prepare-model: {exc}", file=sys.stderr)
@@ -141,14 +151,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "prepare-model",
-        help="convert the embedded SmolLM2-135M-Instruct to safetensors and build the shipped "
-        "judge from it and its adapter in the dtype it is served in (REFLECTRM_DTYPE; each "
-        "once, checking every hash); print the judge's path",
+        help="build a model setting's checkpoint into the cache before serving it: the shipped "
+        "judge NAME (default, qwen05b), the base model (base), or an artifact folder; each file "
+        "once, every hash checked; print its path. Set-up runs it for the default",
+    )
+    p.add_argument(
+        "name",
+        nargs="?",
+        default="default",
+        metavar="NAME",
+        help="default (the shipped judge; the default), base, qwen05b, or an artifact folder",
+    )
+    p.add_argument(
+        "--dtype",
+        help="the weights' dtype (default: the one the engine serves in, REFLECTRM_DTYPE)",
     )
     p.add_argument("--cache-dir", help="default REFLECTRM_CACHE_DIR or ~/.cache/reflectrm")
-    p.add_argument(
-        "--base-only", action="store_true", help="only the base model (REFLECTRM_MODEL=base)"
-    )
     p.set_defaults(func=cmd_prepare_model)
 
     p = sub.add_parser("judge", help="one judgment from the command line, JSON out")
@@ -175,17 +193,45 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_jobs(sub: Any) -> None:
-    """The evaluation and training jobs register their own sub-commands."""
-    from reflectrm.evaluation.cli import add_parser as add_eval
-    from reflectrm.training.cli import add_parser as add_train
+# The commands another distribution adds (the harness: eval, train), found by this entry-point
+# group, so that the serving package never imports them.
+COMMANDS_GROUP = "reflectrm.commands"
+HARNESS_COMMANDS = {
+    "eval": "benchmark accuracy and positional consistency (needs the harness)",
+    "train": "train a judge (needs the harness)",
+}
+HARNESS_INSTALL = "pip install -e harness (from the repository; `make setup` installs it)"
 
-    add_eval(sub)
-    add_train(sub)
+
+def _add_jobs(sub: Any) -> None:
+    """Each installed command of the group registers its own sub-command; eval and train, when
+    the harness is not installed, say in one line what to install."""
+    found = set()
+    for entry in entry_points(group=COMMANDS_GROUP):
+        entry.load()(sub)
+        found.add(entry.name)
+    for name, help_text in HARNESS_COMMANDS.items():
+        if name not in found:
+            p = sub.add_parser(name, help=help_text, add_help=False)
+            p.set_defaults(func=_harness_missing(name), takes_any=True)
+
+
+def _harness_missing(name: str) -> Any:
+    def run(args: argparse.Namespace) -> int:
+        print(
+            f"reflectrm {name} needs the harness (reflectrm-harness): {HARNESS_INSTALL}",
+            file=sys.stderr,
+        )
+        return 2
+
+    return run
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown and not getattr(args, "takes_any", False):
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     _configure_logging(args.log_level)
     if args.func is cmd_serve:
         return cmd_serve(args)  # drains on SIGTERM itself (reflectrm.server)

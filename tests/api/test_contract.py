@@ -127,38 +127,6 @@ def test_bad_fields_get_422_saying_what_to_fix(client: TestClient, payload, need
     assert needle in r.text
 
 
-def test_the_evaluation_harness_refuses_exactly_what_the_schema_does(client: TestClient):
-    """One rule for HTTP and in-process evaluation: a text of zero characters (e.g. five RMB
-    pairs' empty prompt) is refused; whitespace is a text."""
-    from reflectrm.datasets import Pair, pair_from_row
-    from reflectrm.evaluation.pairwise.runner import plan, refusal
-
-    rows = [
-        {"prompt": "", "chosen": "a", "rejected": "b"},
-        {"messages": [{"role": "user", "content": ""}], "chosen": "a", "rejected": "b"},
-        {
-            "messages": [
-                {"role": "user", "content": "hi"},
-                {"role": "assistant", "content": ""},
-                {"role": "user", "content": "and?"},
-            ],
-            "chosen": "a",
-            "rejected": "b",
-        },
-        {"prompt": "q", "chosen": "a", "rejected": ""},
-        {"prompt": "q", "chosen": "a", "rejected": " "},
-        {"prompt": " ", "chosen": "a", "rejected": "b"},
-    ]
-    for i, row in enumerate(rows):
-        pair: Pair = pair_from_row(row, default_id=i)
-        (unit,) = plan([pair], ["single"], False, 0, 8, 64)
-        conv = [{"role": m.role, "content": m.content} for m in pair.conversation]
-        body = {"messages": conv, "responses": list(unit.responses), "mode": "single"}
-        status = client.post("/v1/judge", json=body).status_code
-        assert (status == 422) == (refusal(unit) is not None), (row, status)
-        assert status in (200, 422)
-
-
 def test_ablations_only_where_the_server_allows_them():
     body = {**GOOD, "ablation": "anchor_only", "seed": 3}
     with client_for(mixed_engine()) as c:

@@ -40,13 +40,24 @@ E2E_DTYPE = "float32"
 
 def default_model_name() -> str:
     """The name responses carry for the default model: the shipped judge's built folder when
-    the package ships one, else the base model's (resolving checks the hashes; set-up built it)."""
+    the package ships one, else the base model's (resolving checks the hashes)."""
     from pathlib import Path
 
     from reflectrm.checkpoints.base import default_cache_dir
     from reflectrm.checkpoints.resolve import DEFAULT_MODEL, resolve_model
 
     return Path(resolve_model(DEFAULT_MODEL, default_cache_dir(), None, E2E_DTYPE)).name
+
+
+@pytest.fixture(scope="session", autouse=True)
+def prepared_default_judge() -> None:
+    """The preparation step of the dtypes these tests serve the default judge in (float32, and
+    bfloat16 in one test): a server finds its model built, it never builds it."""
+    from reflectrm.checkpoints.base import default_cache_dir
+    from reflectrm.checkpoints.resolve import DEFAULT_MODEL, prepare_model
+
+    for dtype in (E2E_DTYPE, "bfloat16"):
+        prepare_model(DEFAULT_MODEL, default_cache_dir(), dtype, say=lambda _: None)
 
 
 def e2e_settings(**overrides: Any) -> Settings:

@@ -9,12 +9,12 @@ import httpx
 import pytest
 
 from reflectrm.datasets import Pair
-from reflectrm.evaluation import cli, records
-from reflectrm.evaluation.benchmarks import JUDGEBENCH, REWARDBENCH, load_dataset
-from reflectrm.evaluation.common import pending
-from reflectrm.evaluation.pairwise import report
-from reflectrm.evaluation.pairwise.runner import EngineBackend, HttpBackend, plan, run_units
 from reflectrm.judging.judge import Judge
+from reflectrm_harness.evaluation import cli, records
+from reflectrm_harness.evaluation.benchmarks import JUDGEBENCH, REWARDBENCH, load_dataset
+from reflectrm_harness.evaluation.common import pending
+from reflectrm_harness.evaluation.pairwise import report
+from reflectrm_harness.evaluation.pairwise.runner import EngineBackend, HttpBackend, plan, run_units
 from tests.conftest import SHARED_DATA
 from tests.e2e.conftest import E2E_MAX_TOKENS, default_model_name
 

@@ -7,17 +7,17 @@ import asyncio
 
 import httpx
 
-from reflectrm.evaluation.groups import report as group_report
-from reflectrm.evaluation.groups.data import Group, load_groups
-from reflectrm.evaluation.groups.runner import (
+from reflectrm.judging.judge import Judge
+from reflectrm.serving.service import JudgingService
+from reflectrm_harness.evaluation.groups import report as group_report
+from reflectrm_harness.evaluation.groups.data import Group, load_groups
+from reflectrm_harness.evaluation.groups.runner import (
     GroupSettings,
     HttpGroups,
     InProcessGroups,
     design_plan,
     run_group_units,
 )
-from reflectrm.judging.judge import Judge
-from reflectrm.serving.service import JudgingService
 from tests.conftest import SHARED_DATA, needs
 from tests.e2e.conftest import E2E_MAX_TOKENS
 

@@ -20,9 +20,9 @@ from reflectrm.checkpoints.validate import CheckpointError, validate_checkpoint
 from reflectrm.datasets import Pair
 from reflectrm.judging.prompts import TEMPLATE_VERSION
 from reflectrm.judging.types import Message
-from reflectrm.training.grpo.config import load_settings
-from reflectrm.training.grpo.data import TRAIN_FILE, BuildConfig, build, read_items
-from reflectrm.training.grpo.train import METRICS_FILE, train
+from reflectrm_harness.training.grpo.config import load_settings
+from reflectrm_harness.training.grpo.data import TRAIN_FILE, BuildConfig, build, read_items
+from reflectrm_harness.training.grpo.train import METRICS_FILE, train
 from tests.e2e.conftest import ForwardingEngine, separate_service
 
 QUESTIONS = [

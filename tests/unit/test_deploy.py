@@ -365,6 +365,14 @@ def test_the_two_images_share_their_first_layers():
     assert shared_part(DOCKERFILE) == shared_part(TRAIN_DOCKERFILE)
 
 
+def test_the_training_image_installs_the_harness_and_the_serving_image_does_not():
+    serving = DOCKERFILE.read_text()
+    training = TRAIN_DOCKERFILE.read_text()
+    assert "harness" not in serving
+    assert "pip install --no-deps --no-build-isolation /tmp/src /tmp/src/harness" in training
+    assert 'ENTRYPOINT ["reflectrm", "train"]' in training
+
+
 def test_healthcheck_follows_the_configured_port():
     [healthcheck] = re.findall(
         r"^HEALTHCHECK .*?(?<!\\)$", DOCKERFILE.read_text(), re.MULTILINE | re.DOTALL

@@ -28,8 +28,8 @@ from reflectrm.checkpoints.files import (
     PREPARED_MARKER,
     file_sha256,
 )
-from reflectrm.checkpoints.resolve import DEFAULT_MODEL, resolve_model
-from reflectrm.checkpoints.validate import CheckpointError, validate_checkpoint
+from reflectrm.checkpoints.resolve import DEFAULT_MODEL, prepare_model, resolve_model
+from reflectrm.checkpoints.validate import CheckpointError, NotPreparedError, validate_checkpoint
 from reflectrm.settings import Settings
 from tests.unit.tiny_models import save_tiny_llama
 
@@ -208,7 +208,7 @@ def test_the_base_model_is_copied_into_the_served_dtype_once(
         "weights_sha256": {"model.safetensors": file_sha256(f32 / "model.safetensors")},
     }
     (f32 / PREPARED_MARKER).write_text(json.dumps(record))  # as a set-up before dtypes wrote it
-    monkeypatch.setattr(checkpoint_base, "find_gguf", lambda cache, say: gguf)
+    monkeypatch.setattr(checkpoint_base, "find_gguf", lambda cache, say, build=True: gguf)
 
     def no_conversion(gguf: Path, out: Path) -> None:
         raise AssertionError("the float32 checkpoint is there: nothing is converted")
@@ -242,14 +242,23 @@ def test_the_default_setting_serves_the_packaged_judge_when_there_is_one(
 
     art = _artifact(base, tmp_path, gguf)
     monkeypatch.setattr(resolve, "ARTIFACT_DIR", art)
-    monkeypatch.setattr(resolve, "find_gguf", lambda cache, say: gguf)
-    monkeypatch.setattr(resolve, "prepare_default_model", lambda cache, say, dtype="float32": base)
+    monkeypatch.setattr(resolve, "find_gguf", lambda cache, say, build=True: gguf)
+    monkeypatch.setattr(
+        resolve, "prepare_default_model", lambda cache, say, dtype="float32", build=True: base
+    )
     assert Settings().model == DEFAULT_MODEL
     cache = tmp_path / "cache"
+    # A server builds nothing: before the preparation step the setting names what to run.
+    with pytest.raises(
+        NotPreparedError, match=r"run `reflectrm prepare-model default --dtype float32`"
+    ):
+        resolve_model(DEFAULT_MODEL, cache, "v1")
+    assert not (cache / "models").exists()
+    built = prepare_model(DEFAULT_MODEL, cache, "float32", say=lambda _: None)
     served = Path(resolve_model(DEFAULT_MODEL, cache, "v1"))
-    assert served == judge_dir(cache, read_manifest(art))
+    assert served == built == judge_dir(cache, read_manifest(art))
     assert Path(resolve_model("base", cache, "v1")) == base  # one setting away
-    # An artifact folder given as the model is built the same way.
+    # An artifact folder given as the model is found the same way.
     assert Path(resolve_model(str(art), cache, "v1")) == served
     # A tampered packaged artifact stops the default with the file's name.
     data = bytearray((art / ADAPTER_WEIGHTS).read_bytes())
@@ -265,8 +274,24 @@ def test_without_a_packaged_judge_the_default_is_the_base_model(
     import reflectrm.checkpoints.resolve as resolve
 
     monkeypatch.setattr(resolve, "ARTIFACT_DIR", tmp_path / "no-judge")
-    monkeypatch.setattr(resolve, "prepare_default_model", lambda cache, say, dtype="float32": base)
+    monkeypatch.setattr(
+        resolve, "prepare_default_model", lambda cache, say, dtype="float32", build=True: base
+    )
     assert Path(resolve_model(DEFAULT_MODEL, tmp_path / "cache", "v1")) == base
+    assert prepare_model(DEFAULT_MODEL, tmp_path / "cache", say=lambda _: None) == base
+
+
+def test_prepare_model_refuses_what_is_not_built_here(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from reflectrm import cli
+
+    folder = tmp_path / "plain"
+    folder.mkdir()
+    assert cli.main(["prepare-model", str(folder), "--dtype", "float32"]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"reflectrm prepare-model: '{folder}' is not built here")
+    assert "default, base, qwen05b, or an artifact folder" in line
 
 
 def test_the_package_ships_a_judge_with_its_verdict_layer_and_every_hash_holds() -> None:

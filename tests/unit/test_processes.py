@@ -186,8 +186,12 @@ def test_a_job_started_with_sigint_ignored_still_stops_cleanly_on_sigterm(starte
 
 def test_every_command_that_opens_an_engine_runs_under_run_command():
     # judge (reflectrm.cli), eval and train (their own entry points too) wrap their work.
-    for module in ("cli.py", "evaluation/cli.py", "training/cli.py"):
-        text = (ROOT / "service" / "reflectrm" / module).read_text()
+    for module in (
+        "service/reflectrm/cli.py",
+        "harness/reflectrm_harness/evaluation/cli.py",
+        "harness/reflectrm_harness/training/cli.py",
+    ):
+        text = (ROOT / module).read_text()
         assert "run_command(lambda: " in text, module
 
 

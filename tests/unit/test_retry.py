@@ -1,5 +1,5 @@
 """The one retry policy: its waits, which results it repeats, the attempt loops, and the numbers
-each caller (the Python client, the remote engine, evaluation over HTTP) keeps as a policy."""
+each caller (the Python client, the remote engine, keeps as a policy."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import pytest
 from reflectrm.client import DEFAULT_RETRY
 from reflectrm.engines.config import RemoteConfig
 from reflectrm.engines.remote import retry_policy
-from reflectrm.evaluation.common import service_retry_policy
 from reflectrm.retry import (
     CONNECTION_ERRORS,
     RetryPolicy,
@@ -50,18 +49,6 @@ def test_each_caller_keeps_its_numbers():
     assert fleet.statuses == {408, 429, 502, 503, 504}
     assert fleet.max_retry_after_s == 10.0
     assert fleet.errors == CONNECTION_ERRORS
-    service = service_retry_policy()
-    assert (service.attempts, service.backoff_s, service.max_backoff_s, service.jitter) == (
-        6,
-        2.0,
-        math.inf,
-        0.0,
-    )
-    assert service.statuses == {429, 499, 500, 502, 503, 504}
-    assert service.errors == (httpx.TransportError,)
-    # The service's Retry-After is honoured, or the backoff when that is longer.
-    assert service.wait_after(0, answer(503, "7")) == 7.0
-    assert service.wait_after(2, answer(429, "1")) == 8.0
 
 
 def test_retry_after_in_seconds_or_nothing():

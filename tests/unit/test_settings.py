@@ -217,5 +217,6 @@ def test_no_module_reads_a_setting_from_the_environment_itself() -> None:
 
 def test_the_environment_reads_are_found() -> None:
     """The scan above sees a read of a constant's name (what it must not miss)."""
-    reads = _reads_of_the_environment(SERVICE / "evaluation" / "benchmarks.py")
+    harness = SERVICE.parents[1] / "harness" / "reflectrm_harness"
+    reads = _reads_of_the_environment(harness / "evaluation" / "benchmarks.py")
     assert "REFLECTRM_DATA_DIR" in reads

@@ -29,11 +29,11 @@ from reflectrm.checkpoints.files import (
     BUILT_MARKER,
     MANIFEST,
     PREPARED_MARKER,
-    PROBE_WEIGHTS,
     VERDICT_WEIGHTS,
     building,
     file_sha256,
 )
+from reflectrm.checkpoints.validate import NotPreparedError
 
 
 class ArtifactError(ValueError):
@@ -80,11 +80,10 @@ def check_artifact(artifact: Path, manifest: dict[str, Any], gguf: Path | None) 
 
 def judge_dir(cache_dir: Path, manifest: dict[str, Any], dtype: str = "float32") -> Path:
     """The built checkpoint's folder: named by the artifact's name, a digest of every file it is
-    built from (the adapter, and the verdict head when there is one) and its weights' dtype."""
+    built from (the adapter, and the added verdict layer when there is one) and its weights'
+    dtype."""
     built_from = sorted(
-        (n, h)
-        for n, h in manifest["files"].items()
-        if n in (ADAPTER_WEIGHTS, PROBE_WEIGHTS, VERDICT_WEIGHTS)
+        (n, h) for n, h in manifest["files"].items() if n in (ADAPTER_WEIGHTS, VERDICT_WEIGHTS)
     )
     digest = hashlib.sha256(json.dumps(built_from).encode()).hexdigest()[:12]
     return cache_dir / "models" / f"{manifest['name']}-{digest}-{SHORT[canonical(dtype)]}"
@@ -97,10 +96,12 @@ def prepare_judge(
     say: Callable[[str], None] = print,
     artifact: Path = ARTIFACT_DIR,
     dtype: str = "float32",
+    build: bool = True,
 ) -> Path:
     """The served judge of ``artifact`` in ``dtype``: built from base + adapter once
     (``prepare_base`` gives the float32 base checkpoint's folder; the merge is done in float32,
-    then written in ``dtype``), its inputs checked each time."""
+    then written in ``dtype``), its inputs checked each time; unless ``build``, only found
+    (NotPreparedError when it is not there)."""
     manifest = read_manifest(artifact)
     dtype = canonical(dtype)
     target = judge_dir(cache_dir, manifest, dtype)
@@ -111,6 +112,8 @@ def prepare_judge(
         check_artifact(artifact, manifest, None)
         if gguf.stat().st_size == manifest["base_model"]["gguf_size"] and _intact(target):
             return target
+    if not build:
+        raise NotPreparedError(f"{target} is not built")
     check_artifact(artifact, manifest, gguf)
     base = prepare_base()
     say(f"building the default judge {manifest['name']} from {base.name} + its adapter ...")
@@ -144,7 +147,7 @@ def _intact(target: Path) -> bool:
     )
 
 
-def merge_adapter(base: Path, adapter: Path, out: Path, dtype: str | None = None) -> None:  # noqa: C901
+def merge_adapter(base: Path, adapter: Path, out: Path, dtype: str | None = None) -> None:
     """Write base + LoRA adapter, merged (in float32), as a safetensors checkpoint in ``out``:
     in ``dtype``, or (None) in the base's dtype with an added layer in float32."""
     from safetensors.torch import load_file, save_file
@@ -164,9 +167,6 @@ def merge_adapter(base: Path, adapter: Path, out: Path, dtype: str | None = None
             raise ArtifactError(f"{adapter / ADAPTER_WEIGHTS} holds no LoRA weights")
     verdict = adapter / VERDICT_WEIGHTS
     added = add_layer(weights, verdict) if verdict.is_file() else None
-    probe = adapter / PROBE_WEIGHTS
-    if probe.is_file():
-        apply_probe(weights, load_file(str(probe)))
     if dtype is not None:
         weights = cast_weights(weights, dtype)
     save_file(weights, str(out / shards[0].name), metadata={"format": "pt"})
@@ -174,19 +174,12 @@ def merge_adapter(base: Path, adapter: Path, out: Path, dtype: str | None = None
     for item in base.iterdir():
         if item.is_file() and item.suffix != ".safetensors" and item.name not in skip:
             shutil.copy2(item, out / item.name)
-    if probe.is_file() or added is not None:
+    if added is not None:
         config_path = out / "config.json"
         model_config = json.loads(config_path.read_text())
-        if probe.is_file():
-            # The output layer now differs from the input embeddings: untie them.
-            model_config["tie_word_embeddings"] = False
-        if added is not None:
-            model_config["num_hidden_layers"] = added + 1
-            if isinstance(model_config.get("layer_types"), list):  # one entry per layer
-                model_config["layer_types"] = [
-                    *model_config["layer_types"][:added],
-                    "full_attention",
-                ]
+        model_config["num_hidden_layers"] = added + 1
+        if isinstance(model_config.get("layer_types"), list):  # one entry per layer
+            model_config["layer_types"] = [*model_config["layer_types"][:added], "full_attention"]
         config_path.write_text(json.dumps(model_config, indent=2) + "\n")
     if dtype is not None:
         record_dtype(out / "config.json", dtype)
@@ -275,31 +268,6 @@ def unpack_sparse(stored: dict[str, Any]) -> dict[str, Any]:
         dense[indices[:, 0], indices[:, 1]] = values
         out[key] = dense
     return out
-
-
-def apply_probe(weights: dict[str, Any], probe: dict[str, Any]) -> None:
-    """The verdict head ``direction`` (v) into the output layer: the row of the first digit
-    token moves by +v/2 and the second's by -v/2, so the margin between the two digits at every
-    position grows by v . h. A tied output layer is untied first (a copy of the embeddings)."""
-    import torch
-
-    direction = probe["direction"].to(torch.float32)
-    one, two = (int(t) for t in probe["digits"].tolist())
-    head = weights.get("lm_head.weight")
-    if head is None:
-        embed = weights.get("model.embed_tokens.weight")
-        if embed is None:
-            raise ArtifactError("the base model has neither lm_head nor embed_tokens weights")
-        head = embed
-    if head.shape[1] != direction.shape[0]:
-        raise ArtifactError(
-            f"the probe's direction has {direction.shape[0]} dimensions, the model's hidden "
-            f"size is {head.shape[1]}: the probe belongs to another model"
-        )
-    head = head.to(torch.float32).clone()
-    head[one] += direction / 2
-    head[two] -= direction / 2
-    weights["lm_head.weight"] = head.to(weights.get("lm_head.weight", head).dtype).contiguous()
 
 
 def _base_name(key: str) -> str:

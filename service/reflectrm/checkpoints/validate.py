@@ -14,6 +14,11 @@ class CheckpointError(ValueError):
     """A checkpoint folder cannot be served; the message says what to fix."""
 
 
+class NotPreparedError(CheckpointError):
+    """What a model setting names has not been built into the cache (``reflectrm prepare-model``
+    builds it); the message says what is missing."""
+
+
 @dataclass(frozen=True)
 class CheckpointInfo:
     path: str

@@ -1,0 +1,14 @@
+"""``reflectrm train``: two recipes over a small core (docs/training.md).
+
+- ``judge/``: the recipe that built the served default judge (artifacts/judge): a held-out
+  split, supervised LoRA training of the output format (``sft``), an added verdict layer fitted
+  on that run's states (``verdict_layer``), and shipping the result with its manifest
+  (``ship``); ``heldout`` writes the held-out pairs for ``reflectrm eval``. The Qwen judge
+  (artifacts/judge-qwen05b) was built by ``states`` (one states pass), ``pool`` (its split),
+  ``readout`` and ``marker_layer``.
+- ``grpo/``: the paper's recipe: the base model's own judgments built into preference and
+  reflection items (``data``), GRPO on them (``train``), an optional format warm-up, the export
+  of a servable checkpoint and a quick before/after check.
+- The core: ``cli`` (every ``train`` command) and ``overrides`` (``--set KEY=VALUE`` and the one
+  builder of either recipe's settings from outside values).
+"""

@@ -1,0 +1,103 @@
+"""A quick before/after measurement of a judge on pairs it never trained on.
+
+Not the benchmark harness (reflectrm_harness.evaluation): one greedy judgment per pair and order
+through the service's ``Judge``, with the output format *not* enforced, so it measures what
+training is meant to teach a small model: writing a parseable verdict, and the right one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+from reflectrm.datasets import Pair
+from reflectrm.engines.base import Engine
+from reflectrm.judging.judge import Judge, JudgeConfig, PromptTooLongError
+from reflectrm.judging.types import JudgmentSpec
+
+
+@dataclass(frozen=True)
+class CheckConfig:
+    max_tokens: int = 256
+    enforce_format: bool = False
+    template_version: str = "v1"
+    concurrency: int = 16
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    pairs: int
+    judgments: int  # two per pair: chosen shown first, then second
+    parsed: int
+    correct: int
+    consistent_pairs: int  # right in both orders
+    first_position_picks: int
+    parse_errors: dict[str, int]
+    skipped_too_long: int
+    config: dict[str, object]
+
+    @property
+    def parse_rate(self) -> float:
+        return self.parsed / self.judgments if self.judgments else 0.0
+
+    @property
+    def accuracy(self) -> float:
+        """Right verdicts over all judgments: a malformed output counts as wrong."""
+        return self.correct / self.judgments if self.judgments else 0.0
+
+    def summary(self) -> dict[str, object]:
+        return {
+            **asdict(self),
+            "parse_rate": round(self.parse_rate, 4),
+            "accuracy": round(self.accuracy, 4),
+            "accuracy_of_parsed": round(self.correct / self.parsed, 4) if self.parsed else None,
+            "consistency": round(self.consistent_pairs / self.pairs, 4) if self.pairs else 0.0,
+        }
+
+
+async def check(engine: Engine, pairs: Sequence[Pair], config: CheckConfig) -> CheckResult:
+    judge = Judge(
+        engine,
+        JudgeConfig(template_version=config.template_version, enforce_format=config.enforce_format),
+    )
+    gate = asyncio.Semaphore(config.concurrency)
+
+    async def one(i: int, pair: Pair, chosen_at: int) -> tuple[int, int, int | None, str | None]:
+        shown = pair.present(chosen_at).responses
+        request = JudgmentSpec(
+            pair.conversation, shown, mode="single", max_tokens=config.max_tokens
+        )
+        async with gate:
+            judgment = await judge.judge(request, f"check-{i}-{chosen_at}")
+        candidate = judgment.trace.candidates[0]
+        return i, chosen_at, candidate.verdict, candidate.parse_error
+
+    fitting, skipped = [], 0
+    for pair in pairs:
+        try:
+            judge.prepare(
+                JudgmentSpec(
+                    pair.conversation,
+                    (pair.chosen, pair.rejected),
+                    mode="single",
+                    max_tokens=config.max_tokens,
+                )
+            )
+            fitting.append(pair)
+        except PromptTooLongError:
+            skipped += 1
+    results = await asyncio.gather(*(one(i, p, at) for i, p in enumerate(fitting) for at in (1, 2)))
+    right = {(i, at) for i, at, verdict, _ in results if verdict == at}
+    return CheckResult(
+        pairs=len(fitting),
+        judgments=len(results),
+        parsed=sum(v is not None for _, _, v, _ in results),
+        correct=len(right),
+        consistent_pairs=sum((i, 1) in right and (i, 2) in right for i in range(len(fitting))),
+        first_position_picks=sum(v == 1 for _, _, v, _ in results),
+        parse_errors=dict(Counter(e for _, _, _, e in results if e is not None)),
+        skipped_too_long=skipped,
+        config=asdict(config),
+    )

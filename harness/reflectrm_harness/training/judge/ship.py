@@ -1,0 +1,107 @@
+"""``reflectrm train ship-judge``: a finished judge run as the artifact the service ships.
+
+The artifact folder (service/reflectrm/artifacts/judge for the default judge) gets the adapter's
+two files, the held-out split, and ``manifest.json`` recording the sha256 of each of them, of the
+base model's GGUF file and of every data file, with the run's command, settings, steps, wall
+time and CPU, and the held-out figures when given. ``checkpoints.artifact`` checks all of it
+before it builds the served checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from reflectrm.checkpoints.base import (
+    DEFAULT_MODEL_NAME,
+    GGUF_NAME,
+    WHEEL,
+    default_cache_dir,
+    find_gguf,
+)
+from reflectrm.checkpoints.files import (
+    ADAPTER_CONFIG,
+    ADAPTER_WEIGHTS,
+    ARTIFACT_MANIFEST,
+    SPLIT_FILE,
+    VERDICT_WEIGHTS,
+    file_sha256,
+)
+from reflectrm_harness.training.judge.figures import VERDICT_REPORT
+from reflectrm_harness.training.judge.model import ADAPTER_DIR
+from reflectrm_harness.training.judge.sft import CONFIG_FILE, SUMMARY_FILE
+from reflectrm_harness.training.judge.split import held_out_keys, read_sources, read_split
+
+
+def ship_judge(
+    run: Path,
+    data: Sequence[Path],
+    split_file: Path,
+    to: Path,
+    name: str,
+    command: str,
+    heldout: dict[str, Any] | None = None,
+    verdict: Path | None = None,
+) -> dict[str, Any]:
+    """``verdict``: a folder of ``reflectrm train verdict`` whose added layer ships with the
+    adapter (its file hashed like the others, its report in the manifest)."""
+    summary_path = run / SUMMARY_FILE
+    if not summary_path.is_file():
+        raise ValueError(f"{run} has no {SUMMARY_FILE}: the run has not finished")
+    summary = json.loads(summary_path.read_text())
+    split = read_split(split_file)
+    held_out_keys(split, read_sources(data))  # the data is the data the split names
+    to.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(run / ADAPTER_DIR / ADAPTER_WEIGHTS, to / ADAPTER_WEIGHTS)
+    adapter_config = json.loads((run / ADAPTER_DIR / ADAPTER_CONFIG).read_text())
+    # peft records the base model's path on the training machine: name it instead.
+    adapter_config["base_model_name_or_path"] = DEFAULT_MODEL_NAME
+    (to / ADAPTER_CONFIG).write_text(json.dumps(adapter_config, indent=2, sort_keys=True) + "\n")
+    shipped = [ADAPTER_WEIGHTS, ADAPTER_CONFIG, SPLIT_FILE]
+    (to / VERDICT_WEIGHTS).unlink(missing_ok=True)
+    if verdict is not None:
+        shutil.copyfile(verdict / VERDICT_WEIGHTS, to / VERDICT_WEIGHTS)
+        shipped.append(VERDICT_WEIGHTS)
+    if split_file.resolve() != (to / SPLIT_FILE).resolve():
+        shutil.copyfile(split_file, to / SPLIT_FILE)
+    gguf = find_gguf(default_cache_dir(), print)
+    run_config = json.loads((run / CONFIG_FILE).read_text())
+    manifest: dict[str, Any] = {
+        "name": name,
+        "template_version": summary["config"]["template_version"],
+        "base_model": {
+            "name": DEFAULT_MODEL_NAME,
+            "source": WHEEL,
+            "gguf": GGUF_NAME,
+            "gguf_sha256": file_sha256(gguf),
+            "gguf_size": gguf.stat().st_size,
+        },
+        "files": {n: file_sha256(to / n) for n in shipped},
+        "data": [{"file": p.name, "sha256": file_sha256(p)} for p in data],
+        "split": {
+            "file": SPLIT_FILE,
+            "unit": split["unit"],
+            "fraction": split["fraction"],
+            "seed": split["seed"],
+            "sources": split["sources"],
+        },
+        "command": command,
+        "seed": summary["config"]["seed"],
+        "config": summary["config"],
+        "plan": run_config["plan"],
+        "steps": summary["step"],
+        "train_seconds": summary["train_seconds"],
+        "precision": summary["precision"],
+        "threads": summary["threads"],
+        "cpu": summary["cpu"],
+    }
+    if verdict is not None:
+        report = json.loads((verdict / VERDICT_REPORT).read_text())
+        manifest["verdict"] = report
+    if heldout is not None:
+        manifest["heldout"] = heldout
+    (to / ARTIFACT_MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+    return manifest
