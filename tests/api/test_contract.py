@@ -286,12 +286,12 @@ def test_a_max_tokens_that_cannot_hold_the_format_is_refused_on_every_endpoint()
         (
             "/v1/rewards",
             lambda n: {"prompt": "q", "completions": ["a", "b"], "mode": "single", "max_tokens": n},
-        ),  # fmt: skip
+        ),
         ("/v1/rewards/sample", lambda n: {**sample, "max_tokens": n}),
         (
             "/v1/chat/completions",
             lambda n: {**gym, "reflectrm": {"mode": "single", "max_tokens": n}},
-        ),  # fmt: skip
+        ),
     ]
     with TestClient(create_app(Settings(swap_check_fraction=0), engine=engine)) as c:
         for path, body in calls:
