@@ -19,8 +19,8 @@ Each step gets what is left of the budget; one cut short or failed is recorded a
 Exit codes: 0 every check passed, 1 a check failed, 2 the run could not be made (bad arguments,
 no GPU, no data), 130 interrupted. Where no GPU is, it refuses at once and installs nothing.
 
-Imports at module level are the standard library's only: the first phase runs on the machine's
-`python3`, before the project's environment exists.
+Imports at module level are the standard library's (and harness.process, which keeps to it): the
+first phase runs on the machine's `python3`, before the project's environment exists.
 """
 
 from __future__ import annotations
@@ -31,13 +31,14 @@ import os
 import re
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from loadtests.harness.process import stop_process
 
 REPO = Path(__file__).resolve().parents[1]
 VENV = REPO / ".venv"
@@ -242,26 +243,11 @@ class Steps:
                 code = proc.wait(left)
                 status = "ok" if code == 0 else "failed"
             except subprocess.TimeoutExpired:
-                stop(proc)
+                stop_process(proc)
                 code, status = proc.returncode, "timed out"
         record.update(status=status, exit_code=code, seconds=round(time.monotonic() - started, 1))
         self.append(record)
         return record
-
-
-def stop(proc: subprocess.Popen[Any]) -> None:
-    """SIGINT, SIGTERM, then SIGKILL to the group the process leads; by pid only."""
-    for sig, wait_s in ((signal.SIGINT, 60), (signal.SIGTERM, 30)):
-        if proc.poll() is not None:
-            return
-        proc.send_signal(sig)
-        try:
-            proc.wait(wait_s)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
 
 
 # --- the two phases ---------------------------------------------------------------------------
@@ -306,7 +292,7 @@ print(json.dumps({
 def run_checks(args: argparse.Namespace) -> int:
     """Phase 2, under the project's environment: every step after the set-up, then the summary."""
     from loadtests import gpu_check_summary
-    from loadtests.harness.process import RunError, launch_service, stop_process, wait_ready
+    from loadtests.harness.process import RunError, launch_service, wait_ready
 
     out: Path = args.out
     steps = Steps(out, args.budget)

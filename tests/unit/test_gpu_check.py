@@ -347,3 +347,17 @@ def test_collect_reads_the_run_folder(tmp_path: Path):
     assert summary["bench"] == []
     assert [c["ok"] for c in summary["checks"]] == [True, True, True, True, False, True]
     assert "## Benchmark" not in gpu_check_summary.markdown(summary)
+
+
+def test_the_first_phase_needs_only_the_standard_library():
+    """Before `make setup` only the machine's python3 is there: importing the module (and its
+    harness.process) loads none of the project's dependencies."""
+    probe = (
+        "import sys; import loadtests.gpu_check, loadtests.gpu_check_summary; "
+        "print(sorted(m for m in ('httpx', 'reflectrm', 'pydantic', 'psutil') if m in sys.modules))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
