@@ -36,6 +36,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.model:
         overrides["model"] = args.model
     settings = get_settings(**overrides)
+    if settings.engine == "vllm":
+        from reflectrm.engines.vllm_engine import device_problem
+
+        problem = device_problem(settings.engine_config())
+        if problem:
+            print(f"reflectrm serve: {problem}", file=sys.stderr)
+            return 2
     try:
         return serve(settings, args.log_level)
     except KeyConfigError as exc:
