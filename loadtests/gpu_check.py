@@ -43,7 +43,7 @@ from loadtests.harness.process import stop_process
 REPO = Path(__file__).resolve().parents[1]
 VENV = REPO / ".venv"
 DEFAULT_BUDGET_S = 600.0
-TRAP = REPO / "service" / "reflectrm" / "evaluation" / "data" / "trap.jsonl"
+TRAP = REPO / "harness" / "reflectrm_harness" / "evaluation" / "data" / "trap.jsonl"
 # The held-out sample of docs/training.md: `reflectrm train pool-split --role heldout` over the
 # training pool and the benchmarks, capped per source (180 pairs).
 HELDOUT_CAPS = {
