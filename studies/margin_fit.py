@@ -112,6 +112,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--features", type=Path, action="append", required=True)
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument(
+        "--manifest",
+        type=Path,
+        help="a judge artifact's manifest.json: its `margin` block is set to the --choose fit",
+    )
+    ap.add_argument("--choose", help="the choice whose weights go into --manifest")
     args = ap.parse_args()
     rows = load(args.features)
     x = arrays(rows)
@@ -131,6 +137,19 @@ def main() -> None:
                 "dev": figures(rows, pooled(x, weights["a"], weights["w"])),
             }
     args.out.write_text(json.dumps(report, indent=1))
+    if args.manifest is not None:
+        chosen = report["choices"][args.choose]
+        manifest = json.loads(args.manifest.read_text())
+        manifest["margin"] = {
+            "verdict_weight": round(chosen["weights"]["a"], 4),
+            "likelihood_weight": round(chosen["weights"]["w"], 4),
+            "fit": args.choose,
+            "fitted_on": [p.name for p in args.features],
+            "dev_pairs": chosen["dev"]["pairs"],
+            "dev_accuracy": round(chosen["dev"]["accuracy"], 4),
+            "dev_length_balanced": round(chosen["dev"].get("length_balanced", float("nan")), 4),
+        }
+        args.manifest.write_text(json.dumps(manifest, indent=1) + "\n")
     for name, c in report["choices"].items():
         d = c["dev"]
         print(

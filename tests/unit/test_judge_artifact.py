@@ -241,7 +241,7 @@ def test_the_default_setting_serves_the_packaged_judge_when_there_is_one(
     import reflectrm.checkpoints.resolve as resolve
 
     art = _artifact(base, tmp_path, gguf)
-    monkeypatch.setattr(resolve, "ARTIFACT_DIR", art)
+    monkeypatch.setattr(resolve, "DEFAULT_JUDGE_DIR", art)
     monkeypatch.setattr(resolve, "find_gguf", lambda cache, say, build=True: gguf)
     monkeypatch.setattr(
         resolve, "prepare_default_model", lambda cache, say, dtype="float32", build=True: base
@@ -273,7 +273,7 @@ def test_without_a_packaged_judge_the_default_is_the_base_model(
 ) -> None:
     import reflectrm.checkpoints.resolve as resolve
 
-    monkeypatch.setattr(resolve, "ARTIFACT_DIR", tmp_path / "no-judge")
+    monkeypatch.setattr(resolve, "DEFAULT_JUDGE_DIR", tmp_path / "no-judge")
     monkeypatch.setattr(
         resolve, "prepare_default_model", lambda cache, say, dtype="float32", build=True: base
     )
@@ -291,7 +291,7 @@ def test_prepare_model_refuses_what_is_not_built_here(
     assert cli.main(["prepare-model", str(folder), "--dtype", "float32"]) == 2
     [line] = capsys.readouterr().err.strip().splitlines()
     assert line.startswith(f"reflectrm prepare-model: '{folder}' is not built here")
-    assert "default, base, qwen05b, or an artifact folder" in line
+    assert "default, base, qwen05b, smollm2, or an artifact folder" in line
 
 
 def test_the_package_ships_a_judge_with_its_verdict_layer_and_every_hash_holds() -> None:

@@ -117,10 +117,26 @@ def test_a_mirrored_setting_has_its_config_fields_default(cls: type) -> None:
 
 
 def test_the_settings_defaults_build_the_configs_defaults() -> None:
-    settings = Settings()
-    assert settings.engine_config() == EngineConfig(template_version=JudgeConfig().template_version)
+    # The base model: no manifest names a template or margin weights for it.
+    settings = Settings(model="base")
+    assert settings.engine_config() == EngineConfig(
+        model="base", template_version=JudgeConfig().template_version
+    )
     assert settings.judge_config() == JudgeConfig()
     assert settings.swap_check_config() == SwapCheckConfig()
+
+
+def test_the_default_judge_is_served_with_its_manifests_template_and_margin_weights() -> None:
+    from reflectrm.checkpoints.artifact import read_manifest
+    from reflectrm.checkpoints.files import DEFAULT_JUDGE_DIR
+
+    manifest = read_manifest(DEFAULT_JUDGE_DIR)
+    config = Settings().judge_config()
+    assert config.template_version == manifest["template_version"]
+    assert config.margin_verdict_weight == manifest["margin"]["verdict_weight"]
+    assert config.margin_likelihood_weight == manifest["margin"]["likelihood_weight"]
+    # A setting given explicitly wins over the manifest.
+    assert Settings(margin_likelihood_weight=0.0).judge_config().margin_likelihood_weight == 0.0
 
 
 def test_every_mirrored_setting_is_exercised_below() -> None:

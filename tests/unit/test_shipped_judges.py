@@ -12,6 +12,7 @@ from reflectrm.checkpoints.artifact import check_artifact, is_judge_artifact, re
 from reflectrm.checkpoints.backbones import BACKBONES
 from reflectrm.checkpoints.files import (
     ARTIFACT_DIR,
+    DEFAULT_JUDGE_DIR,
     ARTIFACT_MANIFEST,
     MANIFEST,
     QWEN05B_ARTIFACT_DIR,
@@ -51,7 +52,7 @@ def test_a_shipped_judge_is_built_in_the_served_dtype() -> None:
 
 def test_the_template_is_the_one_the_judge_was_trained_for() -> None:
     assert trained_template("qwen05b") == "v3"
-    assert trained_template(DEFAULT_MODEL) == read_manifest(ARTIFACT_DIR)["template_version"]
+    assert trained_template(DEFAULT_MODEL) == read_manifest(DEFAULT_JUDGE_DIR)["template_version"]
     assert trained_template(BASE_MODEL) is None
     assert trained_template("org/some-hub-model") is None
     assert trained_template(str(QWEN05B_ARTIFACT_DIR)) == "v3"

@@ -42,10 +42,22 @@ class ArtifactError(ValueError):
 
 def is_judge_artifact(folder: Path) -> bool:
     """A folder holding an adapter or an added verdict layer, and its manifest (not a full
-    checkpoint)."""
-    return (folder / ARTIFACT_MANIFEST).is_file() and (
-        (folder / ADAPTER_WEIGHTS).is_file() or (folder / VERDICT_WEIGHTS).is_file()
-    )
+    checkpoint); or a manifest alone that names a base model and no files (a judge that is its
+    backbone as it ships, served with the template and margin weights its manifest names)."""
+    if not (folder / ARTIFACT_MANIFEST).is_file():
+        return False
+    if (folder / ADAPTER_WEIGHTS).is_file() or (folder / VERDICT_WEIGHTS).is_file():
+        return True
+    return weights_free(folder)
+
+
+def weights_free(folder: Path) -> bool:
+    """Whether the artifact's manifest names a base model and no files of its own."""
+    try:
+        manifest = json.loads((folder / ARTIFACT_MANIFEST).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(manifest, dict) and "base_model" in manifest and not manifest.get("files")
 
 
 def read_manifest(artifact: Path = ARTIFACT_DIR) -> dict[str, Any]:

