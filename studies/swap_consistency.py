@@ -30,7 +30,7 @@ import httpx
 
 from loadtests.harness.metrics import parse_metrics
 from loadtests.harness.process import launch_service, stop_process, wait_ready
-from reflectrm.datasets import read_pairs
+from reflectrm_harness.datasets import read_pairs
 from reflectrm_harness.training.judge.figures import wilson
 
 
