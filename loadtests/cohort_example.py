@@ -10,7 +10,7 @@ outrank every unhelpful one, to ``--out`` (``cohort_example.json``, ``cohort_exa
 The service is stopped by its pid (SIGINT first).
 
     env PYTHONPATH=service .venv/bin/python -m loadtests.cohort_example --model qwen05b \
-        --out docs/cohort-example/qwen05b
+        --out docs/records/cohort-of-8-rewards/qwen05b
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ cohorts closed, judgments per reward, engine tokens). Writes ``cohort_run.json``
 ``cohort_run.md`` to ``--out`` and stops the service (SIGINT first, by its pid).
 
     flock /tmp/reflectrm-engine.lock env PYTHONPATH=service .venv/bin/python \
-        -m loadtests.cohort_run --out docs/cohort-run
+        -m loadtests.cohort_run --out docs/records/cohort-load-openrlhf
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ change of the judge's counters (engine requests by stage, reused answers, admiss
 queue waits). Every call's status is counted; the run is good when all are 200.
 
     flock /tmp/reflectrm-engine.lock env PYTHONPATH=service .venv/bin/python -m loadtests.fairness \
-        --out docs/fairness
+        --out docs/records/tenant-fairness
 """
 
 from __future__ import annotations
