@@ -134,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="reflectrm",
         description="Pairwise judging with a generative reward model (ReflectRM). Settings come "
-        "from REFLECTRM_* environment variables (see the README's settings table).",
+        "from REFLECTRM_* environment variables (every one in docs/settings.md).",
     )
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
     sub = parser.add_subparsers(dest="command", required=True)
