@@ -164,7 +164,7 @@ class AsyncLLMGenerate:
             temperature=ask.temperature,
             max_tokens=ask.max_tokens,
             seed=ask.seed,
-            logprobs=0,
+            logprobs=ask.top_logprobs,
             stop=list(ask.stop) or None,
             include_stop_str_in_output=True,
             output_kind=RequestOutputKind.FINAL_ONLY,
@@ -264,7 +264,8 @@ class CompletionsGenerate:
             "n": ask.n,
             "temperature": ask.temperature,
             "max_tokens": ask.max_tokens,
-            "logprobs": 0,  # the sampled token's log-prob at each position
+            # The sampled token's log-prob at each position, and the likeliest others'.
+            "logprobs": ask.top_logprobs,
             "stop": list(ask.stop),
             "include_stop_str_in_output": True,
             "add_special_tokens": False,  # the chat template placed them

@@ -35,6 +35,7 @@ from reflectrm.judging.prompts import (
     reflection_messages,
 )
 from reflectrm.judging.types import Candidate
+from reflectrm.judging.verdicts import TOP_LOGPROBS
 from reflectrm_harness.datasets import row_conversation
 
 ROLLOUTS = "rollouts"
@@ -52,6 +53,9 @@ class Ask:
     seed: int | None
     regex: str | None
     stop: tuple[str, ...] = STOP
+    # The likeliest tokens asked for at each position (the service's probability scoring reads
+    # the verdict digit's); 0: the sampled token's log-prob alone.
+    top_logprobs: int = 0
 
 
 @dataclass(frozen=True)
@@ -149,6 +153,7 @@ class ClientJudge:
         template_version: str = "v1",
         temperature: float = 1.0,
         enforce_format: bool = True,
+        top_logprobs: int = TOP_LOGPROBS,
     ) -> None:
         self.render = render
         self.generate = generate
@@ -156,6 +161,7 @@ class ClientJudge:
         self.template = get_template(template_version)
         self.temperature = temperature
         self.enforce_format = enforce_format
+        self.top_logprobs = top_logprobs
 
     def _regex(self, verdicts: tuple[str, str], max_tokens: int) -> str | None:
         return regex_for(verdicts, max_tokens) if self.enforce_format else None
@@ -182,7 +188,7 @@ class ClientJudge:
         n = int(body.get("num_candidates") or 8)
         prompt = self.render(preference_messages(self.template, conversation, r1, r2))
         regex = self._regex(RESPONSE_VERDICTS, max_tokens)
-        ask = Ask(prompt, n, self.temperature, max_tokens, seed, regex)
+        ask = Ask(prompt, n, self.temperature, max_tokens, seed, regex, STOP, self.top_logprobs)
         reply = await self._sample(ask, f"{request_id}-s1")
         stage1 = StageUsage.of(reply)
         candidates = [_candidate(i, o) for i, o in enumerate(reply.outputs)]

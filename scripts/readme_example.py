@@ -24,7 +24,7 @@ REQUEST: dict[str, Any] = {
     "seed": 7,
     "max_tokens": 96,
 }
-SHOWN = ("winner", "scores", "outcome", "mode", "analysis", "votes", "model", "seed")
+SHOWN = ("winner", "scores", "scoring", "outcome", "mode", "analysis", "votes", "model", "seed")
 BLOCK = re.compile(
     r"(<!-- readme-example: start -->\n```json\n)(.*?)(\n```\n<!-- readme-example: end -->)", re.S
 )

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import os
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -105,10 +107,13 @@ class ScriptedEngine:
     dies_after: int | None = None
     calls: list[tuple[str, SamplingSpec]] = field(default_factory=list)
     aborted: int = 0
+    # Margin mode's answer, from the prompt's text: the probabilities of verdicts 1 and 2.
+    margin: Callable[[str], tuple[float, float]] = lambda text: (0.75, 0.25)
 
     def render_chat(self, messages: Sequence[ChatMessage]) -> Prompt:
         text = "\n".join(f"<{m['role']}>{plain_text(m['content'])}" for m in messages)
-        return Prompt(text=text, token_ids=tuple(range(len(text.split()))))
+        # A token per word, its id the word's checksum (so two texts differ where words do).
+        return Prompt(text=text, token_ids=tuple(zlib.crc32(w.encode()) for w in text.split()))
 
     async def generate(
         self, prompt: Prompt, spec: SamplingSpec, request_id: str
@@ -123,7 +128,12 @@ class ScriptedEngine:
         except asyncio.CancelledError:
             self.aborted += 1
             raise
-        if "# Critiques for Judgment" in prompt.text:
+        if spec.max_tokens == 1 and spec.top_logprobs:
+            p1, p2 = self.margin(prompt.text)
+            top = ((" 1", math.log(p1)), (" 2", math.log(p2)))
+            best = max(top, key=lambda t: t[1])
+            gens = (Generation(best[0], (best[1],), "length", (best[0],), (top,)),)
+        elif "# Critiques for Judgment" in prompt.text:
             c1 = prompt.text.split("[Critique 1]\n", 1)[1].split("\n[End of Critique 1]", 1)[0]
             c2 = prompt.text.split("[Critique 2]\n", 1)[1].split("\n[End of Critique 2]", 1)[0]
             gens: tuple[Generation, ...] = (judgment(self.reflect(c1, c2), kind="Critique"),)

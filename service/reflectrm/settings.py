@@ -19,10 +19,11 @@ from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from reflectrm.checkpoints.base import default_cache_dir
-from reflectrm.checkpoints.resolve import DEFAULT_MODEL, trained_template
+from reflectrm.checkpoints.resolve import DEFAULT_MODEL, margin_weights, trained_template
 from reflectrm.engines.config import EngineConfig, RemoteConfig
 from reflectrm.judging import defaults
 from reflectrm.judging.config import JudgeConfig
+from reflectrm.judging.types import Scoring
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
@@ -351,6 +352,24 @@ class Settings(BaseSettings):
     early_exit: bool = Field(
         _JUDGE.early_exit, description="Skip reflection when every parsed stage-1 verdict agrees."
     )
+    margin_verdict_weight: float = Field(
+        _JUDGE.margin_verdict_weight,
+        description="Margin mode: the weight of the verdict digits' log-odds in the score. Unset: "
+        "the one the judge's manifest names, else 1.",
+    )
+    margin_likelihood_weight: float = Field(
+        _JUDGE.margin_likelihood_weight,
+        description="Margin mode: the weight of the two responses' mean token log-prob difference "
+        "in the score (two more prefills per judgment, cached per response); 0 skips them. Unset: "
+        "the one the judge's manifest names, else 0.",
+    )
+    scoring: Scoring = Field(
+        _JUDGE.scoring,
+        description="How scores are made: 'probability', the voters' mean probability of each "
+        "verdict at the token that decides it (a single judgment's are its two verdict "
+        "probabilities); 'votes', the paper's vote shares. Every reply names the one used: "
+        "'votes' where the engine returned no verdict probabilities. docs/method-choices.md.",
+    )
     allow_ablations: bool = Field(
         False,
         description="Accept the request field `ablation` (random_anchor, random_winners, "
@@ -514,6 +533,11 @@ class Settings(BaseSettings):
             trained = trained_template(self.model)
             if trained:
                 self.template_version = trained
+        # And with the margin weights fitted for it, unless set explicitly.
+        fitted = margin_weights(self.model) if self.engine != "remote" else {}
+        for key, value in fitted.items():
+            if f"margin_{key}" not in self.model_fields_set:
+                setattr(self, f"margin_{key}", value)
         return self
 
     @model_validator(mode="after")

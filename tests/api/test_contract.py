@@ -104,7 +104,7 @@ def test_no_verdict_outcome():
         ({"prompt": "q", "responses": ["a", ""]}, "at least 1 character"),
         ({"prompt": "", "responses": ["a", "b"]}, "at least 1 character"),
         ({**GOOD, "surprise": 1}, "Extra inputs are not permitted"),
-        ({**GOOD, "mode": "best"}, "'reflect', 'single' or 'vote'"),
+        ({**GOOD, "mode": "best"}, "'reflect', 'single', 'vote' or 'margin'"),
         ({**GOOD, "num_candidates": 0}, "greater than or equal to 1"),
         ({**GOOD, "max_tokens": 4}, "greater than or equal to 16"),
         (

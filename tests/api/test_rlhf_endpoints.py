@@ -455,7 +455,7 @@ def test_get_reward_no_verdict_is_neutral_and_empty_is_zero():
         (openrlhf_payload(A, label=""), "", "no label"),
         (openrlhf_payload(A, label=None), "", "--data.label_key"),
         ({"query": [PROMPT + A], "prompts": [PROMPT], "labels": [R, R]}, "", "one entry per"),
-        (openrlhf_payload(A), "?mode=best", "'reflect', 'single' or 'vote'"),
+        (openrlhf_payload(A), "?mode=best", "'reflect', 'single', 'vote' or 'margin'"),
         (openrlhf_payload(A), "?temperature=2", "Extra inputs"),
     ],
 )

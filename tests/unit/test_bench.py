@@ -69,6 +69,7 @@ def client_of(engine: ScriptedEngine, strategy: Strategy) -> ClientJudge:
             seed=ask.seed,
             regex=ask.regex,
             stop=ask.stop,
+            top_logprobs=ask.top_logprobs,
         )
         prompt = Prompt(ask.prompt, tuple(range(len(ask.prompt.split()))))
         result = await engine.generate(prompt, spec, request_id)

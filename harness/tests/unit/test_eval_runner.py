@@ -56,7 +56,7 @@ def scripted_engine(**kw) -> ScriptedEngine:
 def test_plan_covers_pairs_orders_and_modes_with_shared_seeds():
     pairs = make_pairs(40)
     units = plan(pairs, list(EVAL_MODES), both_orders=True, seed=0, num_candidates=8, max_tokens=64)
-    assert len(units) == 40 * 2 * 7
+    assert len(units) == 40 * 2 * 8
     assert len({u.key for u in units}) == len(units)
     # The seeded random order puts the chosen response first for some pairs and second for others.
     firsts = Counter(primary_position(p, 0) for p in pairs)
@@ -72,6 +72,7 @@ def test_plan_covers_pairs_orders_and_modes_with_shared_seeds():
     n = {u.mode.name: u.num_candidates for u in units}
     assert n == {
         "single": 1,
+        "margin": 1,
         "vote": 8,
         "vote_matched": 15,
         "reflect": 8,
@@ -134,7 +135,7 @@ def test_shared_samples_give_the_per_mode_results_with_less_engine_work(tmp_path
         judge = Judge(CountingEngine(SeededEngine(), work), JudgeConfig(early_exit=False))
         path = tmp_path / f"share-{share}.jsonl"
         summary = run(units, EngineBackend(judge), path, concurrency=3, share_samples=share)
-        assert summary.judged == 3 * 2 * 7
+        assert summary.judged == 3 * 2 * 8
         rows = []
         for r in records.load(path).records:
             row = r.to_json()
@@ -145,12 +146,13 @@ def test_shared_samples_give_the_per_mode_results_with_less_engine_work(tmp_path
     verdicts = Counter(json.loads(r)["winner"] for r in out[True][0])
     assert verdicts[1]
     assert verdicts[2]
-    # Per pair and order, alone: 6 stage-1 requests of 8, 15, 8, 8, 8, 8 samples, 1 greedy, and
-    # 3 x 7 reflections (random_anchor, random_winners and ReflectRM; anchor_only has none):
-    # 28 requests, (55 + 1 + 21) x 10 tokens. Shared: one request of 15 samples for the six.
+    # Per pair and order, alone: 6 stage-1 requests of 8, 15, 8, 8, 8, 8 samples, 1 greedy, 1
+    # margin request (this engine answers it with a whole output), and 3 x 7 reflections
+    # (random_anchor, random_winners and ReflectRM; anchor_only has none): 29 requests,
+    # (55 + 1 + 1 + 21) x 10 tokens. Shared: one request of 15 samples for the six.
     alone, shared = out[False][1], out[True][1]
-    assert (alone.requests, alone.generated_tokens) == (6 * 28, 6 * 770)
-    assert (shared.requests, shared.generated_tokens) == (6 * 23, 6 * 370)
+    assert (alone.requests, alone.generated_tokens) == (6 * 29, 6 * 780)
+    assert (shared.requests, shared.generated_tokens) == (6 * 24, 6 * 380)
 
 
 def test_run_appends_one_record_per_judgment_and_resumes(tmp_path):

@@ -228,6 +228,7 @@ def trace_of(j: types.Judgment) -> schemas.JudgmentTrace:
                 parsed=c.verdict is not None,
                 parse_error=c.parse_error,
                 confidence=c.confidence if math.isfinite(c.confidence) else None,
+                probabilities=c.probabilities,
                 num_tokens=c.num_tokens,
                 analysis=c.analysis,
             )
@@ -258,6 +259,7 @@ def judge_response(result: PairResult) -> schemas.JudgeResponse:
     return schemas.JudgeResponse(
         winner=a.winner,
         scores=a.scores,
+        scoring=a.scoring,
         outcome=a.outcome,
         mode=a.mode,
         debias=a.debias,

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from reflectrm.judging import defaults
 from reflectrm.judging.debias import Debias
 from reflectrm.judging.groups import Strategy
-from reflectrm.judging.types import Ablation, Mode, Outcome, Role
+from reflectrm.judging.types import Ablation, Mode, Outcome, Role, Scoring
 
 # Larger than any model context in characters; bounds the work spent before the 413 check.
 MAX_TEXT_CHARS = 1_000_000
@@ -158,10 +158,16 @@ class CandidateTrace(BaseModel):
     verdict: int | None
     parsed: bool
     parse_error: str | None = Field(
-        description="truncated (cut at max_tokens), no_result, invalid_result"
+        description="truncated (cut at max_tokens), no_result, invalid_result; in margin mode "
+        "no_probability (the engine returned none) or even"
     )
     confidence: float | None = Field(
         description="Mean of the lowest 10% sampled-token log-probs; null for an empty output."
+    )
+    probabilities: tuple[float, float] | None = Field(
+        None,
+        description="The judge's probability of verdict 1 and 2 at the digit that decided this "
+        "output; null when the engine returned none.",
     )
     num_tokens: int
     analysis: str
@@ -200,8 +206,16 @@ class JudgeResponse(BaseModel):
         description="The better response; null on no_verdict (with debias swap: also a tie)."
     )
     scores: tuple[float, float] = Field(
-        description="Vote shares of response 1 and 2 (sum to 1): usable as pairwise rewards. "
-        "With debias swap: the mean of both orders' shares."
+        description="Scores of response 1 and 2 (sum to 1): usable as pairwise rewards. With "
+        "scoring 'probability', the judge's probability of each verdict at the token that decides "
+        "it (the voters' mean); with 'votes', the vote shares. With debias swap: the mean of both "
+        "orders' scores, so a constant position preference cancels."
+    )
+    scoring: Scoring = Field(
+        "votes",
+        description="How the scores were made: 'probability' (verdict probabilities) or 'votes' "
+        "(vote shares: asked for with REFLECTRM_SCORING=votes, or the engine returned no "
+        "verdict probabilities).",
     )
     outcome: Outcome
     mode: Mode

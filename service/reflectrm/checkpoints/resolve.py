@@ -8,6 +8,7 @@ import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from reflectrm.checkpoints.artifact import (
     ArtifactError,
@@ -90,24 +91,37 @@ def builds_checkpoint(model: str) -> bool:
     return model in (DEFAULT_MODEL, BASE_MODEL) or is_judge_artifact(named_folder(model))
 
 
-def trained_template(model: str) -> str | None:
-    """The prompt template a model setting's judge was trained for, read from its manifest (the
-    shipped judges, an artifact folder, a checkpoint folder with ``reflectrm-manifest.json``);
-    None when nothing here says (the base model, a hub id, a folder without a manifest)."""
+def judge_manifest(model: str) -> dict[str, Any]:
+    """The manifest of a model setting's judge (the shipped judges, an artifact folder, a
+    checkpoint folder with ``reflectrm-manifest.json``); empty when nothing here says (the base
+    model, a hub id, a folder without a manifest)."""
     if model == BASE_MODEL:
-        return None
+        return {}
     local = named_folder(model)
     if is_judge_artifact(local):
         path = local / ARTIFACT_MANIFEST
     elif (local / MANIFEST).is_file():
         path = local / MANIFEST
     else:
-        return None
+        return {}
     try:
-        version = json.loads(path.read_text()).get("template_version")
+        manifest = json.loads(path.read_text())
     except (OSError, ValueError):
-        return None
+        return {}
+    return manifest if isinstance(manifest, dict) else {}
+
+
+def trained_template(model: str) -> str | None:
+    """The prompt template a model setting's judge was trained for (its manifest's)."""
+    version = judge_manifest(model).get("template_version")
     return str(version) if version else None
+
+
+def margin_weights(model: str) -> dict[str, float]:
+    """The margin weights fitted for a model setting's judge (its manifest's ``margin``:
+    ``verdict_weight``, ``likelihood_weight``); empty when it names none."""
+    margin = judge_manifest(model).get("margin") or {}
+    return {k: float(v) for k, v in margin.items() if k in ("verdict_weight", "likelihood_weight")}
 
 
 def prepare_model(

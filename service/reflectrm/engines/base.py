@@ -71,15 +71,31 @@ class SamplingSpec:
     stop: tuple[str, ...] = ()
     # Lower runs first where the engine schedules by priority; ignored elsewhere.
     priority: int = 0
+    # How many of the likeliest tokens to report at each generated position, with their
+    # log-probs (``Generation.top_logprobs``); 0: the sampled token's log-prob alone.
+    top_logprobs: int = 0
+    # Report the log-prob of each prompt token given those before it
+    # (``GenerationResult.prompt_logprobs``): a text's likelihood in one prefill.
+    prompt_logprobs: bool = False
+
+
+# The likeliest tokens at one position: each token's text and log-prob.
+Alternatives = tuple[tuple[str, float], ...]
 
 
 @dataclass(frozen=True)
 class Generation:
-    """One sampled output: its text and the log-prob of each token it sampled."""
+    """One sampled output: its text and the log-prob of each token it sampled; with
+    ``SamplingSpec.top_logprobs``, also each sampled token's text and, per position, the
+    likeliest tokens. Log-probs are taken before temperature; an enforced output format's mask
+    sets the tokens it forbids to -inf first, which leaves the ratio of two allowed tokens (the
+    two verdict digits) the model's own."""
 
     text: str
     token_logprobs: tuple[float, ...]
     finish_reason: FinishReason
+    tokens: tuple[str, ...] = ()
+    top_logprobs: tuple[Alternatives, ...] = ()
 
     @property
     def num_tokens(self) -> int:
@@ -92,6 +108,8 @@ class GenerationResult:
     prompt_tokens: int
     # Prompt tokens whose KV cache the engine reused from an earlier request (prefix caching).
     cached_prompt_tokens: int = 0
+    # With SamplingSpec.prompt_logprobs: the log-prob of each prompt token but the first.
+    prompt_logprobs: tuple[float, ...] = ()
 
     @property
     def generated_tokens(self) -> int:

@@ -49,6 +49,15 @@ def chat_template_kwargs(tokenizer: Any) -> dict[str, Any]:
     return {"enable_thinking": False} if "enable_thinking" in template else {}
 
 
+def continuation(messages: Sequence[ChatMessage]) -> dict[str, bool]:
+    """How a chat is closed: with the assistant's generation prompt, or, when it ends in an
+    assistant message (the start of an output the judge must continue, such as a decision-first
+    lead), with that message left open (the chat template's ``continue_final_message``)."""
+    if messages and messages[-1]["role"] == "assistant":
+        return {"add_generation_prompt": False, "continue_final_message": True}
+    return {"add_generation_prompt": True}
+
+
 def marker_ids(tokenizer: Any) -> frozenset[int]:
     """The ids no quoted text may produce: every special token and every added token (added
     tokens that are not "special", such as Qwen3's ``<think>``, are chat markers all the same)."""
@@ -70,7 +79,8 @@ class ChatRenderer:
     def render(self, messages: Sequence[ChatMessage]) -> Prompt:
         """The conversation through the chat template, with the generation prompt and no extra
         special tokens (the template adds them), as vLLM's own chat rendering does; its quoted
-        texts tokenized as plain text."""
+        texts tokenized as plain text. A chat that ends in an assistant message ends in that
+        message's text, left open, so that the model continues it (``continuation``)."""
         nonce = secrets.token_hex(8)
         quoted: list[str] = []
 
@@ -86,7 +96,7 @@ class ChatRenderer:
             text = content if isinstance(content, str) else "".join(slot(p) for p in content)
             chat.append({"role": m["role"], "content": text})
         rendered = self.tokenizer.apply_chat_template(
-            chat, tokenize=False, add_generation_prompt=True, **self.template_kwargs
+            chat, tokenize=False, **continuation(messages), **self.template_kwargs
         )
         # Even pieces: the template's text; odd pieces: the index of a quoted text.
         pieces = re.split(f"{_OPEN}{nonce}\\.(\\d+){_CLOSE}", rendered)

@@ -55,7 +55,7 @@ from reflectrm.engines.base import (
     SamplingSpec,
     plain_text,
 )
-from reflectrm.engines.chat import ChatRenderer
+from reflectrm.engines.chat import ChatRenderer, continuation
 from reflectrm.engines.config import EngineConfig, RemoteConfig
 from reflectrm.engines.request_ids import judgment_id_of
 from reflectrm.retry import AttemptResult, RetryPolicy, retry_call, retry_call_async
@@ -201,7 +201,7 @@ class RemoteEngine:
             "messages": [
                 {"role": m["role"], "content": plain_text(m["content"])} for m in messages
             ],
-            "add_generation_prompt": True,
+            **continuation(messages),
             "add_special_tokens": False,
             "chat_template_kwargs": CHAT_TEMPLATE_KWARGS,
         }
@@ -221,7 +221,7 @@ class RemoteEngine:
             "n": spec.n,
             "temperature": spec.temperature,
             "max_tokens": spec.max_tokens,
-            "logprobs": 0,
+            "logprobs": spec.top_logprobs,
             "return_token_ids": True,
             "include_stop_str_in_output": True,
         }
@@ -231,6 +231,8 @@ class RemoteEngine:
             body["stop"] = list(spec.stop)
         if spec.regex is not None:
             body["structured_outputs"] = {"regex": spec.regex}
+        if spec.prompt_logprobs:
+            body["prompt_logprobs"] = 0  # vLLM's extension of the completions API
         return body
 
     def headers_for(self, request_id: str) -> dict[str, str]:
@@ -333,11 +335,14 @@ def parse_completion(
             raise bad(f"{len(token_ids)} token ids but {len(logprobs)} log-probs")
         reason = choice.get("finish_reason")
         finish: FinishReason = reason if reason in ("stop", "length") else "abort"
+        tokens, top = _alternatives(choice.get("logprobs") or {}, spec.top_logprobs)
         generations.append(
             Generation(
                 text=str(choice.get("text", "")),
                 token_logprobs=tuple(float(lp) for lp in logprobs),
                 finish_reason=finish,
+                tokens=tokens,
+                top_logprobs=top,
             )
         )
     usage = data.get("usage") or {}
@@ -346,7 +351,44 @@ def parse_completion(
         generations=tuple(generations),
         prompt_tokens=len(prompt.token_ids),
         cached_prompt_tokens=int(details.get("cached_tokens") or 0),
+        prompt_logprobs=_prompt_logprobs(choices, prompt, bad) if spec.prompt_logprobs else (),
     )
+
+
+def _prompt_logprobs(
+    choices: list[dict[str, Any]], prompt: Prompt, bad: Callable[[str], EngineError]
+) -> tuple[float, ...]:
+    """The prompt tokens' log-probs of a vLLM completions answer (``prompt_logprobs``: per
+    position None or {token id: {"logprob": x, ...}}); the first token has none."""
+    entries = choices[0].get("prompt_logprobs")
+    if not isinstance(entries, list) or len(entries) != len(prompt.token_ids):
+        raise bad("no prompt log-probs (a fleet that is not vLLM ignores prompt_logprobs)")
+    out = []
+    for token, entry in zip(prompt.token_ids[1:], entries[1:], strict=True):
+        value = entry.get(str(token)) if isinstance(entry, dict) else None
+        logprob = value.get("logprob") if isinstance(value, dict) else value
+        if not isinstance(logprob, (int, float)):
+            raise bad(f"no log-prob for prompt token {token}")
+        out.append(float(logprob))
+    return tuple(out)
+
+
+def _alternatives(
+    logprobs: dict[str, Any], wanted: int
+) -> tuple[tuple[str, ...], tuple[tuple[tuple[str, float], ...], ...]]:
+    """The sampled tokens' texts and each position's likeliest tokens, as the completions API
+    gives them (``tokens``, ``top_logprobs``: one {text: log-prob} per position); empty when not
+    asked for, or when the fleet ignored the request (the judge then reports its fallback)."""
+    tokens, top = logprobs.get("tokens"), logprobs.get("top_logprobs")
+    if not wanted or not isinstance(tokens, list) or not isinstance(top, list):
+        return (), ()
+    if len(top) != len(tokens) or not all(isinstance(entry, dict) for entry in top):
+        return (), ()
+    alternatives = tuple(
+        tuple((str(text), float(lp)) for text, lp in entry.items() if lp is not None)
+        for entry in top
+    )
+    return tuple(str(t) for t in tokens), alternatives
 
 
 # --- opening the engine ---------------------------------------------------------------------

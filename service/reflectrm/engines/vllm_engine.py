@@ -177,7 +177,9 @@ class VLLMEngine:
             temperature=spec.temperature,
             max_tokens=spec.max_tokens,
             seed=spec.seed,
-            logprobs=0,  # the sampled token's own log-prob at every position
+            # The sampled token's own log-prob at every position, and the likeliest others'.
+            logprobs=spec.top_logprobs,
+            prompt_logprobs=0 if spec.prompt_logprobs else None,
             stop=list(spec.stop) or None,
             include_stop_str_in_output=True,
             output_kind=RequestOutputKind.FINAL_ONLY,
@@ -196,11 +198,13 @@ class VLLMEngine:
             raise EngineError("the vLLM engine has stopped; restart the service") from exc
         if final is None:
             raise EngineError(f"the engine returned nothing for request {request_id}")
-        generations = tuple(_generation(c) for c in sorted(final.outputs, key=lambda c: c.index))
+        outputs = sorted(final.outputs, key=lambda c: c.index)
+        generations = tuple(_generation(c, spec.top_logprobs) for c in outputs)
         return GenerationResult(
             generations=generations,
             prompt_tokens=len(prompt.token_ids),
             cached_prompt_tokens=int(getattr(final, "num_cached_tokens", 0) or 0),
+            prompt_logprobs=_prompt_logprobs(final, prompt) if spec.prompt_logprobs else (),
         )
 
     async def check_health(self) -> None:
@@ -209,17 +213,42 @@ class VLLMEngine:
         await self._llm.check_health()
 
 
-def _generation(c: Any) -> Generation:
+def _prompt_logprobs(final: Any, prompt: Prompt) -> tuple[float, ...]:
+    """Each prompt token's log-prob (the first has none): vLLM's entry k maps token ids to
+    log-probs, the prompt's own token k among them."""
+    entries = list(final.prompt_logprobs or ())[1:]
+    if len(entries) != len(prompt.token_ids) - 1:
+        raise EngineError("the engine returned no log-prob for some prompt tokens")
+    return tuple(
+        float(entry[token].logprob)
+        for token, entry in zip(prompt.token_ids[1:], entries, strict=True)
+    )
+
+
+def _generation(c: Any, top: int = 0) -> Generation:
     logprobs: list[float] = []
+    tokens: list[str] = []
+    alternatives: list[tuple[tuple[str, float], ...]] = []
     if c.logprobs is not None:
         for token_id, entry in zip(c.token_ids, c.logprobs, strict=False):
             logprobs.append(float(entry[token_id].logprob))
+            if top:
+                tokens.append(entry[token_id].decoded_token or "")
+                alternatives.append(
+                    tuple((lp.decoded_token or "", float(lp.logprob)) for lp in entry.values())
+                )
     finish: FinishReason = "abort"
     if c.finish_reason == "stop":
         finish = "stop"
     elif c.finish_reason == "length":
         finish = "length"
-    return Generation(text=c.text, token_logprobs=tuple(logprobs), finish_reason=finish)
+    return Generation(
+        text=c.text,
+        token_logprobs=tuple(logprobs),
+        finish_reason=finish,
+        tokens=tuple(tokens),
+        top_logprobs=tuple(alternatives),
+    )
 
 
 @contextlib.asynccontextmanager

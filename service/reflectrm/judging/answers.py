@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from reflectrm.judging.debias import Debias, Debiased, combine
 from reflectrm.judging.judge import unswap_winner
-from reflectrm.judging.types import EngineUsage, Judgment, Mode, Outcome
+from reflectrm.judging.types import EngineUsage, Judgment, Mode, Outcome, Scoring
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,9 @@ class PairAnswer:
     # Both orders judged and averaged (debias swap), some with a verdict, and the averages tie:
     # no winner (``outcome`` no_verdict), but a verdict that the two are even.
     tie: bool = False
+    # How the scores were made: "probability" when every order judged had verdict
+    # probabilities, else "votes" (the vote shares).
+    scoring: Scoring = "votes"
 
 
 def _failures(judgment: Judgment) -> int:
@@ -76,4 +79,11 @@ def answer_pair(judgment: Judgment, swap: Judgment | None, debias: Debias) -> Pa
         usage=judgment.usage + swap.usage if swap else judgment.usage,
         seed=judgment.seed,
         tie=tie,
+        scoring=scoring_of(judgment, swap if debias == "swap" else None),
     )
+
+
+def scoring_of(judgment: Judgment, swap: Judgment | None) -> Scoring:
+    """The scoring of an answer: "probability" only when each order in it had probabilities."""
+    orders = (judgment,) if swap is None else (judgment, swap)
+    return "probability" if all(j.scoring == "probability" for j in orders) else "votes"

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from reflectrm.judging.prompts import TEMPLATE_VERSION
+from reflectrm.judging.types import Scoring
 
 
 @dataclass(frozen=True)
@@ -29,3 +30,12 @@ class JudgeConfig:
     early_exit: bool = True
     # Pass each request's seed to the engine, so that stage 1 is reproducible.
     seeded_sampling: bool = True
+    # Scores as the voters' mean verdict probabilities ("probability"), or the paper's vote
+    # shares ("votes"); docs/method-choices.md.
+    scoring: Scoring = "probability"
+    # Margin mode's score of response 1 is sigmoid(verdict_weight * z + likelihood_weight * d):
+    # z the log-odds of the verdict digits, d the difference of the two responses' mean token
+    # log-probs given the conversation (one prefill each, cached per response). A shipped judge
+    # names its fitted weights in its manifest; 0 skips the likelihood requests.
+    margin_verdict_weight: float = 1.0
+    margin_likelihood_weight: float = 0.0

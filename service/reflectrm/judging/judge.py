@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
+import json
+import math
 import random
 import re
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from reflectrm.aio import gather_all
-from reflectrm.engines.base import Engine, Generation, Prompt, SamplingSpec
+from reflectrm.engines.base import Engine, Generation, GenerationResult, Prompt, SamplingSpec
 from reflectrm.engines.request_ids import reflection_request_id, rollout_request_id
 from reflectrm.judging.confidence import bottom_fraction_confidence
 from reflectrm.judging.config import JudgeConfig
@@ -24,7 +28,9 @@ from reflectrm.judging.parsing import parse_output
 from reflectrm.judging.prompts import (
     CRITIQUE_VERDICTS,
     RESPONSE_VERDICTS,
+    answer_chat,
     get_template,
+    margin_chat,
     output_regex,
     preference_chat,
     reflection_chat,
@@ -38,16 +44,31 @@ from reflectrm.judging.types import (
     Message,
     Mode,
     Reflection,
+    Scoring,
     Trace,
+)
+from reflectrm.judging.verdicts import (
+    TOP_LOGPROBS,
+    digit_probabilities,
+    mean_probabilities,
+    verdict_probabilities,
 )
 
 # Tokens kept free for the closing tags and the verdict sentence when the analysis is bounded.
 VERDICT_RESERVE_TOKENS = 24
 STOP = ("</Result>",)
 REFLECTION_MARGIN_TOKENS = 16
+# Responses whose likelihood (margin mode) a judge keeps: a cohort's or a group's responses are
+# each compared with several others.
+LIKELIHOOD_CACHE_SIZE = 4096
 # Reflections go before waiting stage-1 requests where the engine schedules by priority, so a
 # judgment that has reached stage 2 finishes before new ones take the engine.
 REFLECTION_PRIORITY = -1
+
+
+class MarginUnavailableError(ValueError):
+    """The model's tokenizer does not write a verdict as one token that differs between the two
+    verdicts, so margin mode cannot read the judge's decision from one position."""
 
 
 class PromptTooLongError(ValueError):
@@ -109,6 +130,42 @@ class Judge:
         self.template = get_template(config.template_version)
         self._reflection_extra_tokens = self._measure_reflection_extra_tokens()
         self._format_tokens = self._measure_format_tokens() if config.enforce_format else None
+        # Where an output's deciding digit stands: the decision-first lead, which the enforced
+        # format ties to the verdict, else the <Result> sentence that the parser reads.
+        self._at_result = not (self.template.decision_first and config.enforce_format)
+        self.margin_error = self._check_margin()
+        self._likelihoods: OrderedDict[str, float] = OrderedDict()
+
+    def _candidate(self, index: int, g: Generation) -> Candidate:
+        p = parse_output(g.text, "Response", truncated=g.finish_reason == "length")
+        return Candidate(
+            index=index,
+            verdict=p.verdict,
+            confidence=bottom_fraction_confidence(g.token_logprobs),
+            analysis=p.analysis,
+            text=g.text,
+            num_tokens=g.num_tokens,
+            parse_error=p.error,
+            probabilities=verdict_probabilities(g, p.verdict, self._at_result),
+        )
+
+    def _check_margin(self) -> str | None:
+        """Why margin mode cannot run on this engine's model, or None: the two verdicts must
+        render as one token sequence that differs in its last token alone."""
+        conv = (Message("user", "q"),)
+        ones = self.engine.render_chat(margin_chat(self.template, conv, "a", "b", 1)).token_ids
+        twos = self.engine.render_chat(margin_chat(self.template, conv, "a", "b", 2)).token_ids
+        if len(ones) != len(twos) or ones[:-1] != twos[:-1] or ones[-1] == twos[-1]:
+            return (
+                "margin mode needs each verdict digit to be one token of the tokenizer of "
+                f"{self.engine.model_name} after the same prefix; it is not: use mode single or "
+                "reflect"
+            )
+        return None
+
+    @property
+    def scoring(self) -> Scoring:
+        return self.config.scoring
 
     def _measure_reflection_extra_tokens(self) -> int:
         """How many more tokens a reflection prompt (critiques empty) has than the judging prompt
@@ -140,8 +197,8 @@ class Judge:
         can end in a verdict: the tags and the longest verdict sentence (a reflection's too, in
         reflect mode) around a one-character analysis, in this model's tokens. Below it no
         output has a verdict, whatever the model. None when the format is not enforced."""
-        if self._format_tokens is None:
-            return None
+        if self._format_tokens is None or mode == "margin":
+            return None  # margin mode writes one token, the verdict digit, with no format
         stage1 = self._format_tokens[RESPONSE_VERDICTS]
         return max(stage1, self._format_tokens[CRITIQUE_VERDICTS]) if mode == "reflect" else stage1
 
@@ -150,11 +207,21 @@ class Judge:
     def prepare(self, request: JudgmentSpec) -> PreparedJudgment:
         """Render the stage-1 prompt and check every prompt of the judgment fits the context."""
         r1, r2 = request.responses
-        prompt = self.engine.render_chat(
-            preference_chat(self.template, request.conversation, r1, r2)
-        )
+        if request.mode == "margin":
+            if self.margin_error is not None:
+                raise MarginUnavailableError(self.margin_error)
+            # The judging prompt and the output's lead up to its verdict digit: the chat that
+            # ends in digit 1, less that digit (checked at start to be its last token).
+            chat = margin_chat(self.template, request.conversation, r1, r2, 1)
+            full = self.engine.render_chat(chat)
+            text = full.text[:-1] if full.text.endswith("1") else ""
+            prompt = Prompt(text=text, token_ids=full.token_ids[:-1])
+        else:
+            prompt = self.engine.render_chat(
+                preference_chat(self.template, request.conversation, r1, r2)
+            )
         limit = self.engine.max_model_len
-        needed = prompt.num_tokens + request.max_tokens
+        needed = prompt.num_tokens + (1 if request.mode == "margin" else request.max_tokens)
         if needed > limit:
             raise PromptTooLongError(needed, limit, "the judging prompt")
         if request.mode == "reflect" and request.num_candidates > 1:
@@ -186,8 +253,11 @@ class Judge:
         return judgment
 
     def stage1_spec(self, request: JudgmentSpec, n: int | None = None) -> SamplingSpec:
-        """The stage-1 request: one greedy output in single mode, else ``n`` (default the
-        request's num_candidates) seeded candidates."""
+        """The stage-1 request: the verdict digit's alternatives alone in margin mode, one greedy
+        output in single mode, else ``n`` (default the request's num_candidates) seeded
+        candidates."""
+        if request.mode == "margin":
+            return SamplingSpec(n=1, temperature=0.0, max_tokens=1, top_logprobs=TOP_LOGPROBS)
         single = request.mode == "single"
         return SamplingSpec(
             n=1 if single else (n or request.num_candidates),
@@ -196,6 +266,7 @@ class Judge:
             seed=request.seed if (self.config.seeded_sampling and not single) else None,
             regex=self._regex(RESPONSE_VERDICTS, request.max_tokens),
             stop=STOP,
+            top_logprobs=TOP_LOGPROBS if self.scoring == "probability" else 0,
         )
 
     async def draw_candidates(
@@ -207,11 +278,75 @@ class Judge:
         spec = self.stage1_spec(prepared.request, n)
         started = time.monotonic()
         result = await self.engine.generate(prepared.prompt, spec, rollout_request_id(request_id))
+        if prepared.request.mode == "margin":
+            candidate, usage = await self._margin(prepared.request, result, request_id)
+            return DrawnCandidates((candidate,), usage, time.monotonic() - started)
         return DrawnCandidates(
-            candidates=tuple(_candidate(i, g) for i, g in enumerate(result.generations)),
+            candidates=tuple(self._candidate(i, g) for i, g in enumerate(result.generations)),
             usage=EngineUsage.of(result),
             seconds=time.monotonic() - started,
         )
+
+    async def _margin(
+        self, request: JudgmentSpec, result: GenerationResult, request_id: str
+    ) -> tuple[Candidate, EngineUsage]:
+        """Margin mode's candidate: the verdict digit's log-odds, weighted, plus (with a
+        likelihood weight) the weighted difference of the two responses' likelihoods."""
+        candidate, usage = _margin_candidate(0, result.generations[0]), EngineUsage.of(result)
+        a, w = self.config.margin_verdict_weight, self.config.margin_likelihood_weight
+        if candidate.probabilities is None or (a == 1.0 and w == 0.0):
+            return candidate, usage
+        p1, p2 = candidate.probabilities
+        z = a * (math.log(p1) - math.log(p2))
+        likelihoods = None
+        if w:
+            (l1, u1), (l2, u2) = await gather_all(
+                [
+                    self.likelihood(request.conversation, r, f"{request_id}-l{k}")
+                    for k, r in enumerate(request.responses, 1)
+                ]
+            )
+            z, usage, likelihoods = z + w * (l1 - l2), usage + u1 + u2, (l1, l2)
+        q1 = 1.0 / (1.0 + math.exp(-max(-50.0, min(50.0, z))))
+        verdict = 1 if q1 > 0.5 else 2 if q1 < 0.5 else None
+        combined = dataclasses.replace(
+            candidate,
+            verdict=verdict,
+            parse_error=None if verdict else "even",
+            probabilities=(q1, 1.0 - q1) if verdict else None,
+            likelihoods=likelihoods,
+        )
+        return combined, usage
+
+    async def likelihood(
+        self, conversation: Sequence[Message], response: str, request_id: str
+    ) -> tuple[float, EngineUsage]:
+        """The mean log-prob of ``response``'s tokens as the model's own answer to the
+        conversation (one prefill), and the engine work it took (none when it was cached)."""
+        key = hashlib.sha256(
+            json.dumps([[(m.role, m.content) for m in conversation], response]).encode()
+        ).hexdigest()
+        if key in self._likelihoods:
+            self._likelihoods.move_to_end(key)
+            return self._likelihoods[key], EngineUsage()
+        question = [*answer_chat(conversation, "")[:-1]]
+        prefix, full = await asyncio.to_thread(
+            lambda: (
+                self.engine.render_chat(question),
+                self.engine.render_chat(answer_chat(conversation, response)),
+            )
+        )
+        start = _common_prefix(prefix.token_ids, full.token_ids)
+        if start >= len(full.token_ids):
+            return 0.0, EngineUsage()
+        spec = SamplingSpec(n=1, temperature=0.0, max_tokens=1, prompt_logprobs=True)
+        result = await self.engine.generate(full, spec, request_id)
+        own = result.prompt_logprobs[max(0, start - 1) :]
+        value = sum(own) / len(own) if own else 0.0
+        self._likelihoods[key] = value
+        if len(self._likelihoods) > LIKELIHOOD_CACHE_SIZE:
+            self._likelihoods.popitem(last=False)
+        return value, EngineUsage.of(result)
 
     async def run_from(
         self, request: JudgmentSpec, drawn: DrawnCandidates, request_id: str
@@ -220,15 +355,15 @@ class Judge:
         or a larger one with the same prompt, sampling and seed): the first ``num_candidates`` of
         them are used (all of them in single mode), and the usage reported is theirs alone, as if
         this request had sampled them. The result is the one ``run`` gives."""
-        if request.mode != "single":
+        if request.mode not in ("single", "margin"):
             drawn = drawn.first(request.num_candidates)
         started = time.monotonic()
         candidates, usage = drawn.candidates, drawn.usage
         parsed = [c for c in candidates if c.verdict is not None]
         if not parsed:
             judgment = _no_verdict(request, candidates, usage)
-        elif request.mode in ("single", "vote"):
-            judgment = _vote_all(request, candidates, parsed, usage)
+        elif request.mode in ("single", "vote", "margin"):
+            judgment = _vote_all(request, candidates, parsed, usage, scoring=self.scoring)
         else:
             judgment = await self._reflect(request, candidates, parsed, usage, request_id)
         return dataclasses.replace(
@@ -246,18 +381,22 @@ class Judge:
         request_id: str,
     ) -> Judgment:
         if self.config.early_exit and len({c.verdict for c in parsed}) == 1:
-            return _vote_all(request, candidates, parsed, usage, early_exit=True)
+            return _vote_all(
+                request, candidates, parsed, usage, early_exit=True, scoring=self.scoring
+            )
         if self.config.early_exit and request.ablation == "none" and same_analyses(parsed):
             # Reflection would compare texts that differ in their verdict alone: it can only
             # echo the prompt's position, so the reply is the vote it would otherwise overturn.
-            return _vote_all(request, candidates, parsed, usage, early_exit=True)
+            return _vote_all(
+                request, candidates, parsed, usage, early_exit=True, scoring=self.scoring
+            )
         rng = random.Random(request.seed)
         if request.ablation == "random_anchor":
             anchor = rng.choice(parsed)
         else:
             anchor = choose_anchor(parsed)
         if request.ablation == "anchor_only":
-            return _final(request, candidates, anchor, (), (), usage, anchor_added=True)
+            return _final(request, candidates, anchor, (), (), usage, True, scoring=self.scoring)
         others = [c for c in parsed if c.index != anchor.index]
         # One random order per reflection, drawn in candidate order from the request's seed.
         positions = [1 if rng.random() < 0.5 else 2 for _ in others]
@@ -268,7 +407,9 @@ class Judge:
         winners = tuple(r.candidate for r in reflections if r.beats_anchor)
         if request.ablation == "random_winners":
             winners = tuple(sorted(c.index for c in rng.sample(others, len(winners))))
-        return _final(request, candidates, anchor, reflections, winners, usage)
+        return _final(
+            request, candidates, anchor, reflections, winners, usage, scoring=self.scoring
+        )
 
     async def _run_reflections(
         self,
@@ -350,16 +491,34 @@ def majority(verdicts: Sequence[int]) -> int | None:
 _NAMED = re.compile(r"\b(Response|Critique)\s*[12]\b")
 
 
-def _candidate(index: int, g: Generation) -> Candidate:
-    p = parse_output(g.text, "Response", truncated=g.finish_reason == "length")
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading tokens ``a`` and ``b`` share."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _margin_candidate(index: int, g: Generation) -> Candidate:
+    """Margin mode's one output: the verdict digit's alternatives; the verdict is the likelier
+    digit, and without alternatives (an engine that returned none) there is no verdict."""
+    probabilities = digit_probabilities(g.top_logprobs[0]) if g.top_logprobs else None
+    verdict: int | None = None
+    error: str | None = "no_probability"
+    if probabilities is not None:
+        p1, p2 = probabilities
+        verdict, error = (1, None) if p1 > p2 else (2, None) if p2 > p1 else (None, "even")
     return Candidate(
         index=index,
-        verdict=p.verdict,
+        verdict=verdict,
         confidence=bottom_fraction_confidence(g.token_logprobs),
-        analysis=p.analysis,
+        analysis="",
         text=g.text,
         num_tokens=g.num_tokens,
-        parse_error=p.error,
+        parse_error=error,
+        probabilities=probabilities if verdict is not None else None,
     )
 
 
@@ -371,6 +530,7 @@ def _final(
     winners: tuple[int, ...],
     usage: EngineUsage,
     anchor_added: bool = False,
+    scoring: Scoring = "votes",
 ) -> Judgment:
     """Vote over the winner group; if it is empty or ties, add the anchor and vote again."""
     by_index = {c.index: c for c in candidates}
@@ -387,7 +547,7 @@ def _final(
         voters=voters,
         anchor_added=anchor_added,
     )
-    return _result(request, trace, usage, early_exit=False, tie_break=anchor)
+    return _result(request, trace, usage, False, anchor, scoring)
 
 
 def _vote_all(
@@ -396,16 +556,24 @@ def _vote_all(
     parsed: Sequence[Candidate],
     usage: EngineUsage,
     early_exit: bool = False,
+    scoring: Scoring = "votes",
 ) -> Judgment:
     """Every parsed candidate votes; a tie goes to the most confident one (vote mode only)."""
     trace = Trace(candidates=candidates, voters=tuple(c.index for c in parsed))
-    return _result(request, trace, usage, early_exit, tie_break=choose_anchor(parsed))
+    return _result(request, trace, usage, early_exit, choose_anchor(parsed), scoring)
 
 
 def _result(
-    request: JudgmentSpec, trace: Trace, usage: EngineUsage, early_exit: bool, tie_break: Candidate
+    request: JudgmentSpec,
+    trace: Trace,
+    usage: EngineUsage,
+    early_exit: bool,
+    tie_break: Candidate,
+    scoring_wanted: Scoring,
 ) -> Judgment:
-    """Count the voters' response verdicts; a tie (vote mode only) goes to ``tie_break``."""
+    """Count the voters' response verdicts; a tie (vote mode only) goes to ``tie_break``. The
+    scores are the voters' mean verdict probabilities when asked for and every voter has them,
+    else the vote shares (the reply's ``scoring`` says which)."""
     by_index = {c.index: c for c in trace.candidates}
     voters = trace.voters
     verdicts = [_v(by_index[i]) for i in voters]
@@ -413,9 +581,15 @@ def _result(
     winner = majority(verdicts) or _v(tie_break)
     agreeing = [by_index[i] for i in voters if by_index[i].verdict == winner] or [tie_break]
     total = len(verdicts)
+    scores = (votes[0] / total, votes[1] / total)
+    probabilities = [by_index[i].probabilities for i in voters]
+    scoring: Scoring = "votes"
+    if (scoring_wanted == "probability" or request.mode == "margin") and all(probabilities):
+        scores, scoring = mean_probabilities([p for p in probabilities if p]), "probability"
     return Judgment(
         winner=winner,
-        scores=(votes[0] / total, votes[1] / total),
+        scores=scores,
+        scoring=scoring,
         outcome="verdict",
         mode=request.mode,
         analysis=choose_anchor(agreeing).analysis,

@@ -286,6 +286,30 @@ def preference_chat(
     return _chat(template, template.preference, fields)
 
 
+def margin_chat(
+    template: Template,
+    conversation: Sequence[Message],
+    response_1: str,
+    response_2: str,
+    verdict: int,
+) -> list[ChatMessage]:
+    """The stage-1 prompt followed by the start of the judge's output up to and including its
+    verdict digit ("<Analysis>Response 1"): margin mode reads the two digits' probabilities at
+    that digit, which decision-first templates make the output's decision."""
+    lead: ChatMessage = {"role": "assistant", "content": f"<Analysis>Response {verdict}"}
+    return [*preference_chat(template, conversation, response_1, response_2), lead]
+
+
+def answer_chat(conversation: Sequence[Message], response: str) -> list[ChatMessage]:
+    """The conversation itself, as the model's own chat, followed by ``response`` as the
+    assistant's turn (left open): the prompt whose last tokens' log-probs are the response's
+    likelihood given the conversation."""
+    chat: list[ChatMessage] = [
+        {"role": m.role, "content": (Quoted(m.content),)} for m in conversation
+    ]
+    return [*chat, {"role": "assistant", "content": (Quoted(response),)}]
+
+
 def reflection_chat(
     template: Template,
     conversation: Sequence[Message],

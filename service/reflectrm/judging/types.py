@@ -11,9 +11,13 @@ if TYPE_CHECKING:
     from reflectrm.engines.base import GenerationResult
 
 Role = Literal["system", "user", "assistant"]
-Mode = Literal["reflect", "single", "vote"]
+Mode = Literal["reflect", "single", "vote", "margin"]
 MODES: tuple[Mode, ...] = get_args(Mode)  # the serving modes, for choices and metric labels
 Outcome = Literal["verdict", "no_verdict"]
+# How a judgment's scores are made: the voters' mean verdict probabilities, or the paper's vote
+# shares (also the fallback, named in the reply, when an engine returns no probabilities).
+Scoring = Literal["probability", "votes"]
+SCORINGS: tuple[Scoring, ...] = get_args(Scoring)
 # Ablations of the evaluation harness; "none" is ReflectRM as served.
 Ablation = Literal["none", "random_anchor", "random_winners", "anchor_only"]
 
@@ -70,6 +74,12 @@ class Candidate:
     text: str
     num_tokens: int
     parse_error: str | None = None
+    # The judge's probabilities of verdicts 1 and 2 at the digit that decided this output; None
+    # when the engine gave none (or the output has no verdict).
+    probabilities: tuple[float, float] | None = None
+    # Margin mode with a likelihood weight: each response's mean token log-prob given the
+    # conversation.
+    likelihoods: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -112,6 +122,7 @@ class Judgment:
     # Wall time of each stage, for per-stage latency metrics.
     rollout_seconds: float = 0.0
     reflection_seconds: float = 0.0
+    scoring: Scoring = "votes"
 
     @property
     def stage1_parse_failures(self) -> int:

@@ -42,7 +42,7 @@ class Judging:
     @property
     def candidates(self) -> int:
         """Candidates (stage-1 outputs) of one judgment: one greedy output in single mode."""
-        return 1 if self.mode == "single" else self.num_candidates
+        return 1 if self.mode in ("single", "margin") else self.num_candidates
 
     def spec(
         self, conversation: tuple[Message, ...], responses: tuple[str, str], seed: int

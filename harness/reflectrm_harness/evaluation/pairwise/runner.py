@@ -67,6 +67,7 @@ EVAL_MODES: dict[str, ModeSpec] = {
     m.name: m
     for m in (
         ModeSpec("single", "Single judgment (greedy)", "single", candidates="one"),
+        ModeSpec("margin", "Margin (verdict digit only)", "margin", candidates="one"),
         ModeSpec("vote", "Majority vote @N", "vote"),
         ModeSpec(
             "vote_matched", "Majority vote @2N-1 (matched compute)", "vote", candidates="matched"
@@ -113,8 +114,9 @@ class Unit:
 
     @property
     def sampled(self) -> bool:
-        """Starts from seeded stage-1 candidates (every mode but the greedy single judgment)."""
-        return self.mode.mode != "single"
+        """Starts from seeded stage-1 candidates (every mode but the greedy single judgment and
+        margin mode's one digit)."""
+        return self.mode.mode not in ("single", "margin")
 
     def request(self) -> JudgmentSpec:
         return JudgmentSpec(

@@ -1,0 +1,112 @@
+"""Counterfactual pairs built from a pairs file, no other model needed: each pair's chosen reply
+against (a) a reply written for another prompt, (b) a non-answer (a refusal, "I don't know.",
+an evasion), (c) a truncated copy of itself, (d) a padded copy of itself (its first sentence
+repeated at the end): longer but worse, so that (c) teaches no "longer wins".
+
+    python -m studies.counterfactuals --pairs dev.jsonl --out dev-counterfactual.jsonl --per-kind 25
+
+The non-answers are written here, in other words than the project's trap set
+(evaluation/data/trap.jsonl), so that a fit on these pairs is not a fit on the trap.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+from pathlib import Path
+
+from reflectrm_harness.datasets import read_rows
+
+NON_ANSWERS = (
+    "Unfortunately I cannot provide an answer to this.",
+    "I'm not sure about that one.",
+    "That's a good question, and there are many ways to look at it.",
+    "I would rather not get into that.",
+    "You might want to ask someone else about this.",
+    "Hmm, hard to say.",
+    "I have no idea, sorry.",
+    "This is not something I can answer.",
+)
+KINDS = ("other_prompt", "non_answer", "truncated", "padded")
+_SENTENCE = re.compile(r"(?<=[.!?])\s+")
+
+
+def truncated(text: str) -> str | None:
+    """The first third of the reply's words, cut mid-thought; None when too short to cut."""
+    words = text.split()
+    if len(words) < 24:
+        return None
+    return " ".join(words[: len(words) // 3])
+
+
+def padded(text: str) -> str | None:
+    """The reply with its first sentence said again, twice, at the end: longer, worse."""
+    first = _SENTENCE.split(text.strip(), maxsplit=1)[0]
+    if len(first) < 20 or first == text.strip():
+        return None
+    return f"{text.strip()}\n\n{first} {first}"
+
+
+def build(rows: list[dict], per_kind: int, seed: int) -> list[dict]:
+    rng = random.Random(seed)
+    order = list(range(len(rows)))
+    out: list[dict] = []
+    for kind in KINDS:
+        rng.shuffle(order)
+        made = 0
+        for i in order:
+            if made >= per_kind:
+                break
+            row = rows[i]
+            chosen = str(row["chosen"])
+            if kind == "other_prompt":
+                other = rows[rng.choice([k for k in order if k != i])]
+                rejected: str | None = str(other["chosen"])
+            elif kind == "non_answer":
+                rejected = rng.choice(NON_ANSWERS)
+            elif kind == "truncated":
+                rejected = truncated(chosen)
+            else:
+                rejected = padded(chosen)
+            if not rejected or rejected == chosen:
+                continue
+            new = {k: v for k, v in row.items() if k in ("prompt", "messages")}
+            new.update(
+                id=f"{row.get('source', '')}/{row['id']}/{kind}",
+                source="counterfactual",
+                subset=kind,
+                chosen=chosen,
+                rejected=rejected,
+            )
+            out.append(new)
+            made += 1
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--pairs", type=Path, required=True)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--per-kind", type=int, default=25)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--source",
+        action="append",
+        default=[],
+        help="only rows of this source (repeatable); default every row",
+    )
+    args = ap.parse_args()
+    rows = [r for _, r in read_rows(args.pairs)]
+    if args.source:
+        rows = [r for r in rows if r.get("source") in args.source]
+    made = build(rows, args.per_kind, args.seed)
+    with args.out.open("w") as f:
+        for row in made:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    print(f"{len(made)} counterfactual pairs written to {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,106 @@
+"""Margin mode's two features for every pair of a pairs file, on a real engine: the verdict
+digits' log-odds in both orders (chosen shown first, then second) and each response's mean token
+log-prob given the conversation. What ``studies/margin_fit.py`` fits the margin weights on.
+
+    python -m studies.margin_features --model qwen05b --pairs dev.jsonl --out features.jsonl
+
+Resumable: pairs already in ``--out`` are skipped. One line per pair: ``id``, ``source``,
+``subset``, ``lengths`` (characters of chosen, rejected), ``z_first`` (log p(chosen)/p(rejected)
+with the chosen response shown first), ``z_second`` (the same with it shown second), ``l_chosen``,
+``l_rejected``, ``seconds``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+from reflectrm.engines.factory import open_engine
+from reflectrm.judging.judge import Judge
+from reflectrm.judging.types import JudgmentSpec
+from reflectrm.settings import Settings
+from reflectrm_harness.datasets import Pair, pair_from_row, read_rows
+
+
+def log_odds(probabilities: tuple[float, float] | None) -> float | None:
+    if probabilities is None:
+        return None
+    p1, p2 = probabilities
+    return math.log(p1) - math.log(p2)
+
+
+async def features(judge: Judge, pair: Pair) -> dict[str, Any]:
+    started = time.monotonic()
+    zs = []
+    for first in (1, 2):
+        shown = pair.present(first).responses
+        spec = JudgmentSpec(pair.conversation, shown, mode="margin", max_tokens=1)
+        j = await judge.judge(spec, f"{pair.id}-{first}")
+        z = log_odds(j.trace.candidates[0].probabilities)
+        zs.append(None if z is None else (z if first == 1 else -z))
+    l_chosen, _ = await judge.likelihood(pair.conversation, pair.chosen, f"{pair.id}-lc")
+    l_rejected, _ = await judge.likelihood(pair.conversation, pair.rejected, f"{pair.id}-lr")
+    return {
+        "id": pair.id,
+        "source": pair.meta.get("source") or pair.benchmark,
+        "subset": pair.meta.get("subset", ""),
+        "lengths": [len(pair.chosen), len(pair.rejected)],
+        "z_first": zs[0],
+        "z_second": zs[1],
+        "l_chosen": l_chosen,
+        "l_rejected": l_rejected,
+        "seconds": round(time.monotonic() - started, 3),
+    }
+
+
+def read(path: Path) -> list[Pair]:
+    """The file's pairs, each id prefixed by its source (ids repeat across sources)."""
+    pairs = []
+    for where, row in read_rows(path):
+        source = str(row.get("source") or row.get("benchmark") or "")
+        meta = {"source": source, "subset": str(row.get("subset") or "")}
+        pair = pair_from_row(row, where=where, meta=meta)
+        pairs.append(
+            Pair(f"{source}/{pair.id}", pair.conversation, pair.chosen, pair.rejected, source, meta)
+        )
+    return pairs
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    settings = Settings(model=args.model)
+    pairs = read(args.pairs)
+    done: set[str] = set()
+    if args.out.is_file():
+        done = {json.loads(line)["id"] for line in args.out.read_text().splitlines() if line}
+    todo = [p for p in pairs if p.id not in done]
+    print(f"{len(todo)} of {len(pairs)} pairs to do", flush=True)
+    async with open_engine(settings.engine_config()) as engine:
+        judge = Judge(engine, settings.judge_config())
+        queue = list(todo)
+
+        async def worker() -> None:
+            while queue:
+                pair = queue.pop(0)
+                row = await features(judge, pair)
+                with args.out.open("a") as f:
+                    f.write(json.dumps(row) + "\n")
+
+        await asyncio.gather(*(worker() for _ in range(args.concurrency)))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--pairs", type=Path, required=True)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--concurrency", type=int, default=4)
+    asyncio.run(main_async(ap.parse_args()))
+
+
+if __name__ == "__main__":
+    main()

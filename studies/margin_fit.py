@@ -1,0 +1,131 @@
+"""Fit margin mode's two weights on development features (``studies/margin_features.py``) and
+report what each choice scores there, pooled over both orders.
+
+    python -m studies.margin_fit --features dev.jsonl --features dev-cf.jsonl --out fit.json
+
+The pooled probability that the chosen response is better is the mean over the two orders of
+sigmoid(a * z_order + w * d + b * L): z the verdict digits' log-odds toward it in that order, d
+its mean token log-prob minus the other's, L the log of its length over the other's. The length
+term b is fitted beside the others and dropped when served (so a and w are not fitted to stand
+in for length); a fit without it is reported too. Weights minimise the pooled log-loss (maximum
+likelihood, no intercept: a response's place cannot enter the score).
+
+Reported per choice (verdict only; verdict + likelihood; each with and without the length term
+at fit time): pooled accuracy, length-balanced accuracy (the mean of accuracy where the chosen is
+longer and where it is shorter), accuracy per source, and exact ties.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy.optimize import minimize
+
+
+def load(paths: list[Path]) -> list[dict[str, Any]]:
+    rows = []
+    for path in paths:
+        for line in path.read_text().splitlines():
+            row = json.loads(line)
+            if row.get("z_first") is not None and row.get("z_second") is not None:
+                rows.append(row)
+    return rows
+
+
+def arrays(rows: list[dict[str, Any]]) -> dict[str, np.ndarray]:
+    return {
+        "z1": np.array([r["z_first"] for r in rows], dtype=float),
+        "z2": np.array([r["z_second"] for r in rows], dtype=float),
+        "d": np.array([r["l_chosen"] - r["l_rejected"] for r in rows], dtype=float),
+        "L": np.array([math.log(max(1, r["lengths"][0]) / max(1, r["lengths"][1])) for r in rows]),
+    }
+
+
+def pooled(x: dict[str, np.ndarray], a: float, w: float, b: float = 0.0) -> np.ndarray:
+    def sig(v: np.ndarray) -> np.ndarray:
+        return 1.0 / (1.0 + np.exp(-np.clip(v, -50, 50)))
+
+    extra = w * x["d"] + b * x["L"]
+    return (sig(a * x["z1"] + extra) + sig(a * x["z2"] + extra)) / 2
+
+
+def fit(x: dict[str, np.ndarray], likelihood: bool, length: bool) -> dict[str, float]:
+    def loss(theta: np.ndarray) -> float:
+        a, w, b = theta
+        p = np.clip(pooled(x, a, w if likelihood else 0.0, b if length else 0.0), 1e-9, 1 - 1e-9)
+        return float(-np.mean(np.log(p)))
+
+    best = minimize(loss, np.array([1.0, 0.0, 0.0]), method="Nelder-Mead",
+                    options={"xatol": 1e-4, "fatol": 1e-7, "maxiter": 4000})  # fmt: skip
+    a, w, b = (float(v) for v in best.x)
+    return {"a": a, "w": w if likelihood else 0.0, "b": b if length else 0.0, "loss": best.fun}
+
+
+def figures(rows: list[dict[str, Any]], p: np.ndarray) -> dict[str, Any]:
+    right = p > 0.5
+    tie = np.isclose(p, 0.5, atol=1e-12)
+    longer = np.array([r["lengths"][0] > r["lengths"][1] for r in rows])
+    shorter = np.array([r["lengths"][0] < r["lengths"][1] for r in rows])
+    out: dict[str, Any] = {
+        "pairs": len(rows),
+        "accuracy": float(right.mean()),
+        "ties": float(tie.mean()),
+        "chosen_longer": [int(longer.sum()), float(right[longer].mean()) if longer.any() else None],
+        "chosen_shorter": [
+            int(shorter.sum()),
+            float(right[shorter].mean()) if shorter.any() else None,
+        ],
+    }
+    if longer.any() and shorter.any():
+        out["length_balanced"] = (out["chosen_longer"][1] + out["chosen_shorter"][1]) / 2
+    by: dict[str, list[bool]] = defaultdict(list)
+    for r, ok in zip(rows, right, strict=True):
+        key = r["source"] if r["source"] != "counterfactual" else f"counterfactual/{r['subset']}"
+        by[key].append(bool(ok))
+    out["by_source"] = {k: [len(v), sum(v) / len(v)] for k, v in sorted(by.items())}
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--features", type=Path, action="append", required=True)
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args()
+    rows = load(args.features)
+    x = arrays(rows)
+    report: dict[str, Any] = {"features": [str(p) for p in args.features], "choices": {}}
+    report["choices"]["verdict (a=1, w=0)"] = {
+        "weights": {"a": 1.0, "w": 0.0, "b": 0.0},
+        "dev": figures(rows, pooled(x, 1.0, 0.0)),
+    }
+    for likelihood in (False, True):
+        for length in (False, True):
+            weights = fit(x, likelihood, length)
+            name = ("verdict + likelihood" if likelihood else "verdict") + (
+                ", length fitted and dropped" if length else ""
+            )
+            report["choices"][name] = {
+                "weights": weights,
+                "dev": figures(rows, pooled(x, weights["a"], weights["w"])),
+            }
+    args.out.write_text(json.dumps(report, indent=1))
+    for name, c in report["choices"].items():
+        d = c["dev"]
+        print(
+            f"{name:45s} a={c['weights']['a']:.3f} w={c['weights']['w']:.3f} "
+            f"acc={100 * d['accuracy']:.1f} lb={100 * d.get('length_balanced', float('nan')):.1f} "
+            f"ties={100 * d['ties']:.1f}"
+        )
+        print(
+            "    " + ", ".join(f"{k} {100 * v[1]:.0f}% ({v[0]})" for k, v in d["by_source"].items())
+        )
+
+
+if __name__ == "__main__":
+    main()
