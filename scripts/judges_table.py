@@ -23,8 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "service" / "reflectrm" / "artifacts"
 PAGE = ROOT / "docs" / "judges.md"
 NOT_MEASURED = "not measured"
-# The model setting that serves each shipped artifact folder.
-SETTING = {"judge": "default", "judge-qwen05b": "qwen05b"}
+# The model settings that serve each shipped artifact folder.
+SETTING = {"judge": ("default", "smollm2"), "judge-qwen05b": ("qwen05b",)}
 COLUMNS = (
     ("heldout", "held-out accuracy [95% CI]"),
     ("length_balanced", "length-balanced [95% CI]"),
@@ -97,10 +97,11 @@ def licences(manifest: dict[str, Any]) -> str:
 
 def row(folder: Path) -> str:
     manifest = json.loads((folder / "manifest.json").read_text())
-    setting = SETTING.get(folder.name, f"service/reflectrm/artifacts/{folder.name}")
+    names = SETTING.get(folder.name, (f"service/reflectrm/artifacts/{folder.name}",))
+    setting = ", ".join(f"`{n}`" for n in names)
     base = manifest.get("base_model", {}).get("name", "not recorded")
     cells = [cell(figure(manifest, key), percent=key != "cost") for key, _ in COLUMNS]
-    return "| " + " | ".join([f"`{setting}`", base, *cells, licences(manifest)]) + " |"
+    return "| " + " | ".join([setting, base, *cells, licences(manifest)]) + " |"
 
 
 def render(artifacts: Path = ARTIFACTS) -> str:

@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from scipy.optimize import minimize
 
 
 def load(paths: list[Path]) -> list[dict[str, Any]]:
@@ -56,15 +55,32 @@ def pooled(x: dict[str, np.ndarray], a: float, w: float, b: float = 0.0) -> np.n
 
 
 def fit(x: dict[str, np.ndarray], likelihood: bool, length: bool) -> dict[str, float]:
-    def loss(theta: np.ndarray) -> float:
-        a, w, b = theta
-        p = np.clip(pooled(x, a, w if likelihood else 0.0, b if length else 0.0), 1e-9, 1 - 1e-9)
-        return float(-np.mean(np.log(p)))
+    """Gradient descent with backtracking on the pooled log-loss (convex enough here: three
+    weights, a smooth loss), from a = 1, w = b = 0."""
+    mask = np.array([1.0, float(likelihood), float(length)])
+    feats = [np.stack([x[z], x["d"], x["L"]], axis=1) for z in ("z1", "z2")]
 
-    best = minimize(loss, np.array([1.0, 0.0, 0.0]), method="Nelder-Mead",
-                    options={"xatol": 1e-4, "fatol": 1e-7, "maxiter": 4000})  # fmt: skip
-    a, w, b = (float(v) for v in best.x)
-    return {"a": a, "w": w if likelihood else 0.0, "b": b if length else 0.0, "loss": best.fun}
+    def loss_grad(theta: np.ndarray) -> tuple[float, np.ndarray]:
+        sig = [1.0 / (1.0 + np.exp(-np.clip(f @ theta, -50, 50))) for f in feats]
+        p = np.clip((sig[0] + sig[1]) / 2, 1e-12, 1.0)
+        dp = sum((s * (1 - s))[:, None] * f for s, f in zip(sig, feats, strict=True)) / 2
+        return float(-np.mean(np.log(p))), -np.mean(dp / p[:, None], axis=0) * mask
+
+    theta = np.array([1.0, 0.0, 0.0])
+    loss, grad = loss_grad(theta)
+    step = 1.0
+    for _ in range(3000):
+        while step > 1e-10:
+            trial = theta - step * grad
+            trial_loss, trial_grad = loss_grad(trial)
+            if trial_loss < loss:
+                break
+            step /= 2
+        if step <= 1e-10 or loss - trial_loss < 1e-10:
+            break
+        theta, loss, grad, step = trial, trial_loss, trial_grad, step * 2
+    a, w, b = (float(v) for v in theta)
+    return {"a": a, "w": w, "b": b, "loss": loss}
 
 
 def figures(rows: list[dict[str, Any]], p: np.ndarray) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from reflectrm.engines.base import (
     SamplingSpec,
     plain_text,
 )
+from reflectrm.judging.parsing import parse_output
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -87,6 +88,17 @@ def judgment(
     return Generation(text=text, token_logprobs=tuple(logprobs), finish_reason=finish)  # type: ignore[arg-type]
 
 
+def margin_output(probabilities: tuple[float, float] | None) -> Generation:
+    """Margin mode's one output: the verdict digit with both digits' log-probs, or (None) a
+    token that is no digit."""
+    if probabilities is None:
+        return Generation(" x", (-1.0,), "length", (" x",), (((" x", -1.0),),))
+    p1, p2 = probabilities
+    top = ((" 1", math.log(p1)), (" 2", math.log(p2)))
+    best = max(top, key=lambda t: t[1])
+    return Generation(best[0], (best[1],), "length", (best[0],), (top,))
+
+
 Reflector = Callable[[str, str], int | None]
 
 
@@ -107,8 +119,10 @@ class ScriptedEngine:
     dies_after: int | None = None
     calls: list[tuple[str, SamplingSpec]] = field(default_factory=list)
     aborted: int = 0
-    # Margin mode's answer, from the prompt's text: the probabilities of verdicts 1 and 2.
-    margin: Callable[[str], tuple[float, float]] = lambda text: (0.75, 0.25)
+    # Margin mode's answer, from the prompt's text: the probabilities of verdicts 1 and 2, or
+    # None for an answer without them. Unset: the share of the stage-1 outputs naming each
+    # (kept off 0 and 1), None when none of them has a verdict.
+    margin: Callable[[str], tuple[float, float] | None] | None = None
 
     def render_chat(self, messages: Sequence[ChatMessage]) -> Prompt:
         text = "\n".join(f"<{m['role']}>{plain_text(m['content'])}" for m in messages)
@@ -129,10 +143,7 @@ class ScriptedEngine:
             self.aborted += 1
             raise
         if spec.max_tokens == 1 and spec.top_logprobs:
-            p1, p2 = self.margin(prompt.text)
-            top = ((" 1", math.log(p1)), (" 2", math.log(p2)))
-            best = max(top, key=lambda t: t[1])
-            gens = (Generation(best[0], (best[1],), "length", (best[0],), (top,)),)
+            gens = (margin_output((self.margin or self._stage1_shares)(prompt.text)),)
         elif "# Critiques for Judgment" in prompt.text:
             c1 = prompt.text.split("[Critique 1]\n", 1)[1].split("\n[End of Critique 1]", 1)[0]
             c2 = prompt.text.split("[Critique 2]\n", 1)[1].split("\n[End of Critique 2]", 1)[0]
@@ -140,6 +151,14 @@ class ScriptedEngine:
         else:
             gens = tuple(self.stage1[: spec.n])
         return GenerationResult(generations=gens, prompt_tokens=prompt.num_tokens)
+
+    def _stage1_shares(self, text: str) -> tuple[float, float] | None:
+        verdicts = [parse_output(g.text, "Response", False).verdict for g in self.stage1]
+        ones, twos = verdicts.count(1), verdicts.count(2)
+        if not ones + twos:
+            return None
+        p1 = min(0.99, max(0.01, ones / (ones + twos)))
+        return p1, 1 - p1
 
     async def check_health(self) -> None:
         if self.dead:

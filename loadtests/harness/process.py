@@ -20,8 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-import httpx
-
 from loadtests.harness.ports import HOST, free_port
 
 
@@ -216,6 +214,8 @@ def wait_ready(
 ) -> float:
     """Seconds until GET ``path`` answers 200, asked every ``poll_s``; RunError past
     ``timeout_s`` or if ``service``'s process exits (``what`` names it in the message)."""
+    import httpx  # on use: the rest of this module is the standard library's (gpu_check's set-up)
+
     started = time.monotonic()
     last = "no answer"
     while time.monotonic() - started < timeout_s:

@@ -36,6 +36,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.model:
         overrides["model"] = args.model
     settings = get_settings(**overrides)
+    if settings.engine == "vllm":
+        from reflectrm.engines.vllm_engine import device_problem
+
+        problem = device_problem(settings.engine_config())
+        if problem:
+            print(f"reflectrm serve: {problem}", file=sys.stderr)
+            return 2
     try:
         return serve(settings, args.log_level)
     except KeyConfigError as exc:
@@ -160,7 +167,8 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="?",
         default="default",
         metavar="NAME",
-        help="default (the shipped judge; the default), base, qwen05b, or an artifact folder",
+        help="default (the shipped judge; the default), base, qwen05b, smollm2, or an artifact "
+        "folder",
     )
     p.add_argument(
         "--dtype",

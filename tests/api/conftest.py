@@ -14,7 +14,7 @@ from reflectrm.app import create_app
 from reflectrm.engines.base import GenerationResult, Prompt, SamplingSpec
 from reflectrm.settings import Settings
 from tests.api.served import served as served_app
-from tests.conftest import ScriptedEngine, judgment
+from tests.conftest import ScriptedEngine, judgment, margin_output
 
 RESPONSES = re.compile(
     r"\[Response 1\]\n(.*)\n\[End of Response 1\].*\[Response 2\]\n(.*)\n\[End of Response 2\]",
@@ -38,6 +38,11 @@ class PreferenceEngine(ScriptedEngine):
         if match is None or "# Critiques for Judgment" in prompt.text:
             return await super().generate(prompt, spec, request_id)
         r1, r2 = match.group(1), match.group(2)
+        if spec.max_tokens == 1 and spec.top_logprobs:  # margin mode: the share of 8 samples
+            ones = 4 + self.quality.get(r1, 0) - self.quality.get(r2, 0) + self.first_bias
+            p1 = min(0.99, max(0.01, ones / 8))
+            self.calls.append((prompt.text, spec))
+            return GenerationResult((margin_output((p1, 1 - p1)),), prompt.num_tokens)
         ones = spec.n // 2 + self.quality.get(r1, 0) - self.quality.get(r2, 0) + self.first_bias
         ones = max(0, min(spec.n, ones))
         self.calls.append((prompt.text, spec))

@@ -270,7 +270,9 @@ FLOOR = 76
 def test_a_max_tokens_that_cannot_hold_the_format_is_refused_on_every_endpoint():
     engine = CharEngine(stage1=[judgment(1)] * 8)
     short, enough = FLOOR - 1, FLOOR
+    # The reward endpoints judge in margin mode unless asked (one token, no format to hold).
     sample = {"prompt": "q", "completion": "a", "group_size": 2, "cohort_timeout_s": 0.1}
+    sample["mode"] = "single"
     samples = {"query": ["q a"], "prompts": ["q"], "labels": ["b"]}
     gym = {
         "messages": [
@@ -281,9 +283,15 @@ def test_a_max_tokens_that_cannot_hold_the_format_is_refused_on_every_endpoint()
     }
     calls = [
         ("/v1/judge", lambda n: {**GOOD, "mode": "single", "max_tokens": n}),
-        ("/v1/rewards", lambda n: {"prompt": "q", "completions": ["a", "b"], "max_tokens": n}),
+        (
+            "/v1/rewards",
+            lambda n: {"prompt": "q", "completions": ["a", "b"], "mode": "single", "max_tokens": n},
+        ),
         ("/v1/rewards/sample", lambda n: {**sample, "max_tokens": n}),
-        ("/v1/chat/completions", lambda n: {**gym, "reflectrm": {"max_tokens": n}}),
+        (
+            "/v1/chat/completions",
+            lambda n: {**gym, "reflectrm": {"mode": "single", "max_tokens": n}},
+        ),
     ]
     with TestClient(create_app(Settings(swap_check_fraction=0), engine=engine)) as c:
         for path, body in calls:
@@ -296,7 +304,7 @@ def test_a_max_tokens_that_cannot_hold_the_format_is_refused_on_every_endpoint()
         (item,) = batch.json()["results"]
         assert (item["status"], f"at least {FLOOR} tokens" in item["detail"]) == (422, True)
         for query in ("", "&group_size=2"):
-            r = c.post(f"/get_reward?max_tokens={short}{query}", json=samples)
+            r = c.post(f"/get_reward?mode=single&max_tokens={short}{query}", json=samples)
             assert r.status_code == 422, (query, r.text)
             assert f"at least {FLOOR} tokens" in r.json()["detail"]
         # At the floor the format fits: judged.

@@ -144,11 +144,11 @@ def test_the_mapping_ends_at_the_scales_ends():
     assert genrm_scores((0.5, 0.5)) == {"score_1": 3.0, "score_2": 3.0, "ranking": 3.5}
 
 
-def test_the_default_is_the_method_debiased():
+def test_the_default_is_margin_mode_debiased():
     with TestClient(create_app(Settings(), engine=engine())) as c:
         r = c.post("/v1/chat/completions", json=gym_body(USER, A, B)).json()
     own = r["reflectrm"]
-    assert (own["mode"], own["debias"]) == ("reflect", "swap")
+    assert (own["mode"], own["debias"], own["scoring"]) == ("margin", "swap", "probability")
     assert [o["first"] for o in own["orders"]] == [1, 2]
 
 

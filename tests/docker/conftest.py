@@ -1,4 +1,4 @@
-"""A real Docker engine and the images built from this repository's Dockerfiles (the CPU build).
+"""A real Docker engine and the images built from this repository's Dockerfiles (both builds).
 
 - The engine: the running one, or, as root with Debian's docker.io installed (scripts/system-deps.sh),
   a `dockerd` started here and stopped at the end of the session.
@@ -44,6 +44,8 @@ LOCAL_BASE = "reflectrm-local/debian-python:3.11-bookworm"
 WHEELS_IMAGE = "reflectrm-local/wheels:torch-" + TORCH_CPU.replace("+", "-")
 SERVICE_IMAGE = "reflectrm:cpu"  # the tag deploy/compose.cpu.yaml gives the judge
 TRAIN_IMAGE = "reflectrm-train:cpu"
+GPU_SERVICE_IMAGE = "reflectrm:latest"  # the tags compose.yaml gives the GPU build
+GPU_TRAIN_IMAGE = "reflectrm-train:latest"
 PROMETHEUS_IMAGE = "reflectrm-local/prometheus:debian"  # tests/docker/compose.local.yaml
 BUILD_TIMEOUT_S = 3600
 # The engine's settings in every container here: a small KV cache, short generations.
@@ -280,11 +282,36 @@ def build_inputs(docker: Docker, base_image: str) -> tuple[dict[str, str], dict[
             assert archive.returncode == 0, archive.stderr.decode(errors="replace")
             docker("import", "-", WHEELS_IMAGE, input=archive.stdout)
         args["WHEELS_IMAGE"] = WHEELS_IMAGE
-    secrets = {}
+    return args, pip_secrets()
+
+
+def pip_secrets() -> dict[str, Path]:
+    """pip's CA bundle on this machine, for the builds' `pip_cert` secret."""
     cert = os.environ.get("PIP_CERT") or pip_config().get("cert")
-    if cert and Path(cert).is_file():
-        secrets["pip_cert"] = Path(cert)
-    return args, secrets
+    return {"pip_cert": Path(cert)} if cert and Path(cert).is_file() else {}
+
+
+@pytest.fixture(scope="session")
+def gpu_build_inputs(base_image: str) -> tuple[dict[str, str], dict[str, Path]]:
+    """Build arguments and secrets for the GPU build: vLLM and its CUDA torch from PyPI alone (no
+    wheels image: its CPU torch would satisfy vLLM's torch pin)."""
+    return {"BASE_IMAGE": base_image, "VLLM_BUILD": "gpu"}, pip_secrets()
+
+
+@pytest.fixture(scope="session")
+def gpu_service_image(
+    docker: Docker, gpu_build_inputs: tuple[dict[str, str], dict[str, Path]]
+) -> str:
+    docker.build(GPU_SERVICE_IMAGE, "Dockerfile", *gpu_build_inputs)
+    return GPU_SERVICE_IMAGE
+
+
+@pytest.fixture(scope="session")
+def gpu_train_image(
+    docker: Docker, gpu_build_inputs: tuple[dict[str, str], dict[str, Path]]
+) -> str:
+    docker.build(GPU_TRAIN_IMAGE, "deploy/train.Dockerfile", *gpu_build_inputs)
+    return GPU_TRAIN_IMAGE
 
 
 @pytest.fixture(scope="session")

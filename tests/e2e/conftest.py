@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import os
 import threading
 from collections.abc import Coroutine, Iterator, Sequence
 from typing import Any, TypeVar
@@ -29,6 +30,12 @@ from reflectrm.settings import Settings
 
 T = TypeVar("T")
 
+# The judge these tests serve: the SmolLM2-135M judge (artifacts/judge), the smallest shipped,
+# so that the suite's many real judgments stay fast. Every service started here, in process or
+# as a child process, reads it; the default judge has its own test (test_default_judge_e2e).
+E2E_MODEL = "smollm2"
+os.environ["REFLECTRM_MODEL"] = E2E_MODEL
+
 # Short generations keep the suite fast; the analysis bound follows from max_tokens.
 E2E_MAX_TOKENS = 48
 # float32 on every machine: tests here compare judgments made by two paths (in process and over
@@ -44,9 +51,9 @@ def default_model_name() -> str:
     from pathlib import Path
 
     from reflectrm.checkpoints.base import default_cache_dir
-    from reflectrm.checkpoints.resolve import DEFAULT_MODEL, resolve_model
+    from reflectrm.checkpoints.resolve import resolve_model
 
-    return Path(resolve_model(DEFAULT_MODEL, default_cache_dir(), None, E2E_DTYPE)).name
+    return Path(resolve_model(E2E_MODEL, default_cache_dir(), None, E2E_DTYPE)).name
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -54,10 +61,10 @@ def prepared_default_judge() -> None:
     """The preparation step of the dtypes these tests serve the default judge in (float32, and
     bfloat16 in one test): a server finds its model built, it never builds it."""
     from reflectrm.checkpoints.base import default_cache_dir
-    from reflectrm.checkpoints.resolve import DEFAULT_MODEL, prepare_model
+    from reflectrm.checkpoints.resolve import prepare_model
 
     for dtype in (E2E_DTYPE, "bfloat16"):
-        prepare_model(DEFAULT_MODEL, default_cache_dir(), dtype, say=lambda _: None)
+        prepare_model(E2E_MODEL, default_cache_dir(), dtype, say=lambda _: None)
 
 
 def e2e_settings(**overrides: Any) -> Settings:

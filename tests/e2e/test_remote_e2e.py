@@ -28,7 +28,7 @@ from reflectrm.engines.config import EngineConfig, RemoteConfig
 from reflectrm.judging.judge import Judge, JudgeConfig
 from reflectrm.judging.prompts import get_template, preference_messages
 from reflectrm.judging.types import JudgmentSpec, Message
-from tests.e2e.conftest import E2E_DTYPE, ForwardingEngine, LiveService, e2e_settings
+from tests.e2e.conftest import E2E_DTYPE, E2E_MODEL, ForwardingEngine, LiveService, e2e_settings
 
 ROUTER = Path(sys.executable).parent / "vllm-router"
 pytestmark = pytest.mark.skipif(
@@ -154,7 +154,7 @@ async def test_the_fleet_renders_prompts_exactly_as_the_in_process_engine(
         assert via_tokenize.model_name == engine.model_name
         assert via_tokenize.max_model_len == 4096
         assert via_tokenize.render_chat(messages).token_ids == expected
-    async with remote(fleet.replicas[0].url, tokenizer="default") as local:
+    async with remote(fleet.replicas[0].url, tokenizer=E2E_MODEL) as local:
         assert local.render_chat(messages).token_ids == expected
 
 

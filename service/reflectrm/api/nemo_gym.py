@@ -102,6 +102,7 @@ def completion(body: GenRMChatRequest, result: PairResult) -> GenRMChatCompletio
             outcome=a.outcome,
             no_verdict=silent,
             mode=a.mode,
+            scoring=a.scoring,
             debias=a.debias,
             consistent=a.consistent,
             orders=[

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from reflectrm.api.schemas import DEBIAS_DESCRIPTION, MAX_TEXT_CHARS, MODE_DESCRIPTION
 from reflectrm.judging import defaults
 from reflectrm.judging.debias import Debias
-from reflectrm.judging.types import Message, Mode
+from reflectrm.judging.types import Message, Mode, Scoring
 
 # Roles of the conversation before the candidates; developer is OpenAI's newer name for system.
 CONVERSATION_ROLES = {
@@ -72,7 +72,7 @@ class ReflectRMOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    mode: Mode = Field(defaults.MODE, description=MODE_DESCRIPTION)
+    mode: Mode = Field(defaults.REWARD_MODE, description=MODE_DESCRIPTION)
     debias: Debias = Field(
         "swap",
         description=DEBIAS_DESCRIPTION + " Default swap: genrm_compare always shows a pair in "
@@ -231,11 +231,13 @@ class ReflectRMVerdict(BaseModel):
 
     winner: Literal[1, 2] | None
     scores: tuple[float, float] = Field(
-        description="Vote shares of response 1 and 2 (debiased); score_i = 1 + 4 x share_i."
+        description="Scores of response 1 and 2 (debiased; verdict probabilities or vote shares, "
+        "as `scoring` says); score_i = 1 + 4 x score."
     )
     outcome: Literal["verdict", "no_verdict"]
     no_verdict: bool = Field(description="No judge output in any order had a verdict.")
     mode: Mode
+    scoring: Scoring
     debias: Debias
     consistent: bool | None
     orders: list[GenRMOrder] | None

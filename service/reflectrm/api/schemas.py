@@ -54,7 +54,12 @@ class Conversation(BaseModel):
 
 MODE_DESCRIPTION = (
     "reflect: ReflectRM two-stage judgment; single: one greedy judgment; "
-    "vote: majority of the sampled judgments without reflection."
+    "vote: majority of the sampled judgments without reflection; margin: the judge's "
+    "probability of each verdict at its verdict digit, no analysis written (one token)."
+)
+SCORING_DESCRIPTION = (
+    "How the comparisons' scores were made: 'probability' (the judge's verdict probabilities) "
+    "or 'votes' (vote shares: REFLECTRM_SCORING=votes, or the engine returned no probabilities)."
 )
 DEBIAS_DESCRIPTION = (
     "swap: judge both orders (concurrently, twice the tokens) and average the two score "
@@ -394,7 +399,7 @@ class RewardsRequest(Conversation):
         description="Strategy pivot: the index of the pivot completion. Default: the non-empty "
         "completion of median length.",
     )
-    mode: Mode = Field(defaults.MODE, description=MODE_DESCRIPTION)
+    mode: Mode = Field(defaults.REWARD_MODE, description=MODE_DESCRIPTION)
     debias: Debias = Field(defaults.GROUP_DEBIAS, description=DEBIAS_DESCRIPTION)
     num_candidates: int | None = Field(None, ge=1, le=32, description="Stage-1 samples.")
     seed: int | None = Field(
@@ -482,6 +487,7 @@ class RewardsResponse(BaseModel):
     strategy: Strategy
     debias: Debias
     mode: Mode
+    scoring: Scoring = Field(description=SCORING_DESCRIPTION)
     pivot: int | None = Field(description="Strategy pivot: the pivot completion's index.")
     completions: list[CompletionResult]
     comparisons: list[ComparisonResult]
@@ -554,7 +560,7 @@ class SampleRewardRequest(Conversation):
     strategy: GroupStrategy = Field(
         defaults.COHORT_STRATEGY, description=COHORT_STRATEGY_DESCRIPTION
     )
-    mode: Mode = Field(defaults.MODE, description=MODE_DESCRIPTION)
+    mode: Mode = Field(defaults.REWARD_MODE, description=MODE_DESCRIPTION)
     debias: Debias = Field(defaults.GROUP_DEBIAS, description=DEBIAS_DESCRIPTION)
     num_candidates: int | None = Field(None, ge=1, le=32, description="Stage-1 samples.")
     max_tokens: int | None = Field(None, ge=16, description="Generation limit per output.")
@@ -589,6 +595,7 @@ class CohortResult(BaseModel):
     strategy: GroupStrategy
     debias: Debias
     mode: Mode
+    scoring: Scoring = Field(description=SCORING_DESCRIPTION)
     seed: int = Field(description="The group's seed (with its completions: /v1/rewards again).")
     usage: Usage = Field(description="The whole group's engine work.")
 
@@ -662,7 +669,7 @@ class OpenRLHFOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    mode: Mode = Field(defaults.MODE, description=MODE_DESCRIPTION)
+    mode: Mode = Field(defaults.REWARD_MODE, description=MODE_DESCRIPTION)
     debias: Debias = Field(defaults.GROUP_DEBIAS, description=DEBIAS_DESCRIPTION)
     num_candidates: int | None = Field(None, ge=1, le=32)
     max_tokens: int | None = Field(None, ge=16)

@@ -34,7 +34,7 @@ DEFAULT_MODEL = "default"
 # The model setting that names the embedded SmolLM2-135M-Instruct as it ships, untrained.
 BASE_MODEL = "base"
 # Model settings that name another judge shipped in the package (an artifact folder).
-SHIPPED_JUDGES = {"qwen05b": QWEN05B_ARTIFACT_DIR}
+SHIPPED_JUDGES = {"qwen05b": QWEN05B_ARTIFACT_DIR, "smollm2": ARTIFACT_DIR}
 
 
 def prepare_default_judge(

@@ -21,7 +21,7 @@ from reflectrm.engines.base import (
 from reflectrm.engines.chat import ChatRenderer
 from reflectrm.engines.config import EngineConfig
 from reflectrm.engines.reaper import Reaper
-from reflectrm.hardware import cpu_dtype
+from reflectrm.hardware import cpu_dtype, installed_vllm, missing_device
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +32,21 @@ def vllm_is_cpu_build() -> bool:
     from vllm.platforms import current_platform
 
     return bool(current_platform.is_cpu())
+
+
+def device_problem(config: EngineConfig) -> str | None:
+    """Why the in-process engine cannot start on this machine, in one line (the GPU build of vLLM
+    with no GPU, or the CPU build told to use one), or None. Checked before the service starts, so
+    that it exits at once saying so instead of failing deep inside vLLM's start."""
+    build = installed_vllm()
+    return missing_device(build, vllm_device_type() if build else "", config.device)
+
+
+def vllm_device_type() -> str:
+    """The device vLLM's platform detection finds: 'cuda', 'cpu', ..., or '' for none."""
+    from vllm.platforms import current_platform
+
+    return str(current_platform.device_type)
 
 
 def runs_on_cpu(config: EngineConfig) -> bool:

@@ -9,8 +9,12 @@ from __future__ import annotations
 
 from typing import Final
 
-# The judging mode of a pair, a group, a cohort or an OpenRLHF sample (/get_reward).
+# The judging mode of a pair (/v1/judge, /v1/judge/batch).
 MODE: Final = "reflect"
+# The judging mode of the reward endpoints: a group, a cohort, an OpenRLHF sample (/get_reward),
+# a NeMo Gym comparison. Margin mode reads the verdict digit alone (one token per order), pooled
+# over both orders: docs/method-choices.md says why it is the rewards' default.
+REWARD_MODE: Final = "margin"
 # Stage-1 candidates of the reflect and vote modes (the paper's N).
 NUM_CANDIDATES: Final = 8
 # The generation limit per output (the paper's).

@@ -313,7 +313,7 @@ class Judge:
             candidate,
             verdict=verdict,
             parse_error=None if verdict else "even",
-            probabilities=(q1, 1.0 - q1) if verdict else None,
+            probabilities=(q1, 1.0 - q1),
             likelihoods=likelihoods,
         )
         return combined, usage
@@ -518,7 +518,7 @@ def _margin_candidate(index: int, g: Generation) -> Candidate:
         text=g.text,
         num_tokens=g.num_tokens,
         parse_error=error,
-        probabilities=probabilities if verdict is not None else None,
+        probabilities=probabilities,
     )
 
 
@@ -615,6 +615,8 @@ def _no_verdict(
         usage=usage,
         trace=Trace(candidates=candidates),
         seed=request.seed,
+        # Margin mode's two verdicts exactly even: a measured (0.5, 0.5), not a missing one.
+        scoring="probability" if all(c.probabilities for c in candidates) else "votes",
     )
 
 

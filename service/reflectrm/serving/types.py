@@ -10,7 +10,15 @@ from reflectrm.judging import defaults
 from reflectrm.judging.answers import PairAnswer
 from reflectrm.judging.debias import Debias, Debiased
 from reflectrm.judging.groups import Comparison, CompletionReward, Strategy
-from reflectrm.judging.types import Ablation, EngineUsage, Judgment, JudgmentSpec, Message, Mode
+from reflectrm.judging.types import (
+    Ablation,
+    EngineUsage,
+    Judgment,
+    JudgmentSpec,
+    Message,
+    Mode,
+    Scoring,
+)
 from reflectrm.serving.reuse import How
 
 
@@ -205,6 +213,13 @@ class GroupResult:
     @property
     def judgments(self) -> int:
         return sum(len(j.judgments) for j in self.judged)
+
+    @property
+    def scoring(self) -> Scoring:
+        """ "probability" when every judgment of the group had verdict probabilities (none
+        judged: the server's own choice cannot be seen, so "votes" is not claimed either way)."""
+        runs = [j for c in self.judged for j in c.judgments]
+        return "votes" if any(j.scoring == "votes" for j in runs) else "probability"
 
     @property
     def rounds(self) -> int:
