@@ -67,7 +67,7 @@ from loadtests.harness.ports import free_port
 from loadtests.harness.process import RunError, launch, launch_service, stop_process, wait_ready
 from loadtests.harness.process import Service as Proc
 from loadtests.scenarios import REPO, Pairs, load_pairs, request_body
-from reflectrm.portable import portable
+from reflectrm_harness.portable import portable
 
 # Settings every service in the run gets (the environment cannot change them): the judgments
 # are the only engine work, and reflections run whenever the method asks for them.

@@ -10,7 +10,7 @@ outrank every unhelpful one, to ``--out`` (``cohort_example.json``, ``cohort_exa
 The service is stopped by its pid (SIGINT first).
 
     env PYTHONPATH=service .venv/bin/python -m loadtests.cohort_example --model qwen05b \
-        --out docs/cohort-example/qwen05b
+        --out docs/records/cohort-of-8-rewards/qwen05b
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ if __package__ in (None, ""):  # run as a script: make the repo importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from loadtests.cohort_run import chat_prompt, openrlhf_body, reward_fields
-from loadtests.harness.process import RunError, Service, launch_service, stop_process, wait_ready
+from loadtests.harness.process import RunError, served
 
 QUESTION = "How do I boil an egg so the yolk is firm?"
 # (rollout, does it do what was asked)
@@ -159,30 +159,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         "model": args.model,
         "machine": {"cpus": os.cpu_count()},
     }
-    service: Service | None = None
+    settings = {
+        "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "service"),
+        "REFLECTRM_MODEL": args.model,
+        "REFLECTRM_KV_CACHE_GIB": "2",
+        "REFLECTRM_MAX_MODEL_LEN": "4096",
+        "REFLECTRM_SWAP_CHECK_FRACTION": "0",
+    }
     try:
-        if args.url:
-            url = args.url.rstrip("/")
-            wait_ready(url, args.ready_timeout)
-        else:
-            settings = {
-                "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "service"),
-                "REFLECTRM_MODEL": args.model,
-                "REFLECTRM_KV_CACHE_GIB": "2",
-                "REFLECTRM_MAX_MODEL_LEN": "4096",
-                "REFLECTRM_SWAP_CHECK_FRACTION": "0",
-            }
-            service = launch_service(args.out / "service.log", settings)
-            print(f"starting the service (log: {service.log}) ...", flush=True)
-            wait_ready(service.url, args.ready_timeout, service)
-            url = service.url
-        report.update(asyncio.run(measure(url, args)))
+        with served(args.url, args.out / "service.log", settings, args.ready_timeout) as url:
+            report.update(asyncio.run(measure(url, args)))
     except RunError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    finally:
-        if service is not None:
-            stop_process(service.proc)
     (args.out / "cohort_example.json").write_text(json.dumps(report, indent=2) + "\n")
     (args.out / "cohort_example.md").write_text(markdown(report))
     print(markdown(report))

@@ -14,7 +14,7 @@ cohorts closed, judgments per reward, engine tokens). Writes ``cohort_run.json``
 ``cohort_run.md`` to ``--out`` and stops the service (SIGINT first, by its pid).
 
     flock /tmp/reflectrm-engine.lock env PYTHONPATH=service .venv/bin/python \
-        -m loadtests.cohort_run --out docs/cohort-run
+        -m loadtests.cohort_run --out docs/records/cohort-load-openrlhf
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ if __package__ in (None, ""):  # run as a script: make the repo importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from loadtests.harness.metrics import by_label, parse_metrics
-from loadtests.harness.process import RunError, Service, launch_service, stop_process, wait_ready
+from loadtests.harness.process import RunError, served
 from loadtests.summary import latency_summary
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -298,25 +298,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "machine": {"cpus": os.cpu_count(), "load_average_at_start": os.getloadavg()},
         "sizes": {"prompts": args.prompts, "spread_s": args.spread, "missing": args.missing},
     }
-    service: Service | None = None
+    log = args.out / "service.log"
     try:
-        if args.url:
-            url = args.url.rstrip("/")
-            report["ready_after_s"] = round(wait_ready(url, args.ready_timeout), 1)
-        else:
-            settings = service_settings(args)
-            service = launch_service(args.out / "service.log", settings)
-            print(f"starting the service (log: {service.log}) ...", flush=True)
-            report["ready_after_s"] = round(wait_ready(service.url, args.ready_timeout, service), 1)
-            url = service.url
-        report.update(asyncio.run(measure(url, args)))
+        with served(args.url, log, service_settings(args), args.ready_timeout, report) as url:
+            report.update(asyncio.run(measure(url, args)))
     except RunError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    finally:
-        if service is not None:
-            stop_process(service.proc)
-            report["service_exit_code"] = service.proc.returncode
     (args.out / "cohort_run.json").write_text(json.dumps(report, indent=2) + "\n")
     (args.out / "cohort_run.md").write_text(markdown(report))
     print(markdown(report))

@@ -22,7 +22,7 @@ change of the judge's counters (engine requests by stage, reused answers, admiss
 queue waits). Every call's status is counted; the run is good when all are 200.
 
     flock /tmp/reflectrm-engine.lock env PYTHONPATH=service .venv/bin/python -m loadtests.fairness \
-        --out docs/fairness
+        --out docs/records/tenant-fairness
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ if __package__ in (None, ""):  # run as a script: make the repo importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from loadtests.harness.metrics import by_label, parse_metrics
-from loadtests.harness.process import RunError, Service, launch_service, stop_process, wait_ready
+from loadtests.harness.process import RunError, served
 from loadtests.summary import latency_summary
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -535,30 +535,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             "max_concurrent_judgments": args.max_concurrent,
         },
     }
-    service: Service | None = None
+    settings = service_settings(args)
+    if not args.url:
+        report["service_settings"] = {
+            k: v for k, v in settings.items() if k.startswith("REFLECTRM_")
+        }
     try:
-        if args.url:
-            url = args.url.rstrip("/")
-            report["ready_after_s"] = round(wait_ready(url, args.ready_timeout), 1)
-        else:
-            settings = service_settings(args)
-            service = launch_service(args.out / "service.log", settings)
-            report["service_settings"] = {
-                k: v for k, v in settings.items() if k.startswith("REFLECTRM_")
-            }
-            print(f"starting the service (log: {service.log}) ...", flush=True)
-            report["ready_after_s"] = round(wait_ready(service.url, args.ready_timeout, service), 1)
-            url = service.url
-        print(f"service ready at {url} after {report['ready_after_s']} s", flush=True)
-        report.update(asyncio.run(measure(url, args)))
+        with served(
+            args.url, args.out / "service.log", settings, args.ready_timeout, report
+        ) as url:
+            report.update(asyncio.run(measure(url, args)))
     except RunError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    finally:
-        if service is not None:
-            print("stopping the service ...", flush=True)
-            stop_process(service.proc)
-            report["service_exit_code"] = service.proc.returncode
     report["run_seconds"] = round(time.monotonic() - wall, 1)
     report["headline"] = headline(report)
     (args.out / "fairness.json").write_text(json.dumps(report, indent=2) + "\n")

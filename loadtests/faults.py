@@ -40,7 +40,7 @@ if __package__ in (None, ""):  # run as a script: make the repo importable
 
 from loadtests.harness.family import Watched, WatchedServe, reflectrm_command, reflectrm_env
 from loadtests.harness.process import RunError, wait_for
-from reflectrm.portable import portable
+from reflectrm_harness.portable import portable
 
 ROOT = Path(__file__).resolve().parents[1]
 PAIR: dict[str, Any] = {

@@ -20,6 +20,7 @@ import asyncio
 import json
 import signal
 import statistics
+import subprocess
 import sys
 import time
 from collections import Counter
@@ -32,7 +33,7 @@ if __package__ in (None, ""):  # run as a script: make the repo importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from loadtests.harness.metrics import parse_metrics
-from loadtests.harness.process import RunError, Service, launch_service, stop_process, wait_ready
+from loadtests.harness.process import RunError, served, stop_process
 
 ROOT = Path(__file__).resolve().parents[1]
 PAIR = {
@@ -120,6 +121,11 @@ def service_settings(items: list[str]) -> dict[str, str]:
     return settings
 
 
+def drain(proc: subprocess.Popen[Any]) -> None:
+    """SIGTERM: the service drains; SIGKILL to its group past 120 s."""
+    stop_process(proc, grace_s=(120.0,), signals=(signal.SIGTERM,))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", help="a running service (default: --serve one)")
@@ -134,21 +140,15 @@ def main() -> None:
     args = parser.parse_args()
     if not args.url and not args.serve:
         parser.error("give --url or --serve")
-    service: Service | None = None
-    url = args.url
+    log = (args.out or Path("overload.json")).with_suffix(".serve.log")
+    started: dict[str, Any] = {}
+    url = None if args.serve else args.url
     try:
-        if args.serve:
-            log = (args.out or Path("overload.json")).with_suffix(".serve.log")
-            service = launch_service(log, service_settings(args.set))
-            url = service.url
-            wait_ready(url, 900, service)
-        body = {**PAIR, "mode": args.mode, "max_tokens": args.max_tokens}
-        report = asyncio.run(burst(url, args.requests, args.retries, body, args.timeout))
+        with served(url, log, service_settings(args.set), 900, started, stop=drain) as url:
+            body = {**PAIR, "mode": args.mode, "max_tokens": args.max_tokens}
+            report = asyncio.run(burst(url, args.requests, args.retries, body, args.timeout))
     except RunError as exc:
         raise SystemExit(str(exc)) from None
-    finally:
-        if service is not None:  # SIGTERM: it drains; SIGKILL to its group past 120 s
-            stop_process(service.proc, grace_s=(120.0,), signals=(signal.SIGTERM,))
     report = {
         "settings": args.set,
         "mode": args.mode,
@@ -156,8 +156,8 @@ def main() -> None:
         "retries": args.retries,
         **report,
     }
-    if service is not None:
-        report["service_exit_status"] = service.proc.returncode
+    if "service_exit_code" in started:
+        report["service_exit_status"] = started["service_exit_code"]
     text = json.dumps(report, indent=2)
     print(text)
     if args.out:

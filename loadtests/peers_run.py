@@ -25,7 +25,7 @@ a forwarded member fell back locally (split, or ``fallback_local`` counted), a n
 did work, or a cohort came back cut; 2 when the run could not be made.
 
     flock /tmp/reflectrm-engine.lock env PYTHONPATH=service .venv/bin/python \
-        -m loadtests.peers_run --out docs/peers-run
+        -m loadtests.peers_run --out docs/records/peer-forward-cost
 """
 
 from __future__ import annotations

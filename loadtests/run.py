@@ -34,15 +34,7 @@ if __package__ in (None, ""):  # run as a script: make the repo importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from loadtests.harness.ports import is_loopback
-from loadtests.harness.process import (
-    RunError,
-    Service,
-    launch,
-    launch_service,
-    stop_process,
-    tail,
-    wait_ready,
-)
+from loadtests.harness.process import RunError, launch, served, stop_process, tail
 from loadtests.scenarios import DEFAULT_PAIRS, REPO, SCENARIOS, Scenario
 from loadtests.summary import format_summary, read_failures, read_stats, summarize
 
@@ -119,16 +111,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def start_service(out: Path, scenario: Scenario, args: argparse.Namespace) -> Service:
-    """``reflectrm serve`` on a free loopback port. Admission limits given as options win over
-    the environment, which wins over the runner's and the scenario's defaults."""
+def service_settings(scenario: Scenario, args: argparse.Namespace) -> dict[str, str]:
+    """The settings of the ``reflectrm serve`` a run starts. Admission limits given as options
+    win over the environment, which wins over the runner's and the scenario's defaults."""
     defaults = {**SERVICE_DEFAULTS, **scenario.service_env}
     settings = {k: os.environ.get(k, v) for k, v in defaults.items()}
     if args.admission_limit is not None:
         settings["REFLECTRM_MAX_CONCURRENT_JUDGMENTS"] = str(args.admission_limit)
     if args.queue_limit is not None:
         settings["REFLECTRM_MAX_QUEUED_JUDGMENTS"] = str(args.queue_limit)
-    return launch_service(out / "service.log", settings)
+    return settings
 
 
 def locust_command(args: argparse.Namespace, scenario: Scenario, url: str, out: Path) -> list[str]:
@@ -232,44 +224,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         "started_service": not args.url,
         "output": str(out),
     }
-    service: Service | None = None
     runner_problems: list[str] = []
     interrupted = False
+    settings = service_settings(scenario, args)
+    if not args.url:
+        run["service_settings"] = settings
     try:
-        if args.url:
-            url = args.url.rstrip("/")
-            run["ready_after_s"] = wait_ready(url, args.ready_timeout)
-        else:
-            print(f"starting the service (log: {out / 'service.log'}) ...", flush=True)
-            service = start_service(out, scenario, args)
-            url = service.url
-            run["service_settings"] = service.settings
-            run["ready_after_s"] = wait_ready(url, args.ready_timeout, service)
-            print(f"service ready at {url} after {run['ready_after_s']:.0f} s", flush=True)
-        run["url"] = url
-        command = locust_command(args, scenario, url, out)
-        run["locust_command"] = command
-        print(
-            f"running locust: scenario {scenario.name}, {run['users']} users, at most "
-            f"{run['requests_bound']} requests / {args.duration:g} s ...",
-            flush=True,
-        )
-        timeout = args.duration + args.request_timeout + 2 * RUN_TIME_MARGIN_S + 30
-        code = run_locust(command, out, timeout)
-        run["locust_exit_code"] = code
-        if code != 0:
-            runner_problems.append(f"locust exited with code {code}; see {out / 'locust.log'}")
+        with served(args.url, out / "service.log", settings, args.ready_timeout, run) as url:
+            run["url"] = url
+            command = locust_command(args, scenario, url, out)
+            run["locust_command"] = command
+            print(
+                f"running locust: scenario {scenario.name}, {run['users']} users, at most "
+                f"{run['requests_bound']} requests / {args.duration:g} s ...",
+                flush=True,
+            )
+            timeout = args.duration + args.request_timeout + 2 * RUN_TIME_MARGIN_S + 30
+            code = run_locust(command, out, timeout)
+            run["locust_exit_code"] = code
+            if code != 0:
+                runner_problems.append(f"locust exited with code {code}; see {out / 'locust.log'}")
     except KeyboardInterrupt:
         interrupted = True
         runner_problems.append("interrupted")
     except RunError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    finally:
-        if service is not None:
-            print("stopping the service ...", flush=True)
-            stop_process(service.proc)
-            run["service_exit_code"] = service.proc.returncode
     try:
         summary = collect(out)
     except RunError as exc:

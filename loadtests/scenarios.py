@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reflectrm.datasets import read_rows, row_conversation
+from reflectrm_harness.datasets import read_rows, row_conversation
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_PAIRS = REPO.parent / "shared" / "data" / "benchmarks" / "rewardbench.jsonl.gz"

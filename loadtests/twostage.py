@@ -23,7 +23,6 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from reflectrm.datasets import row_conversation
 from reflectrm.judging.confidence import bottom_fraction_confidence
 from reflectrm.judging.judge import STOP, VERDICT_RESERVE_TOKENS, choose_anchor, majority
 from reflectrm.judging.parsing import parse_output
@@ -37,6 +36,7 @@ from reflectrm.judging.prompts import (
 )
 from reflectrm.judging.types import Candidate
 from reflectrm.judging.verdicts import TOP_LOGPROBS
+from reflectrm_harness.datasets import row_conversation
 
 ROLLOUTS = "rollouts"
 REFLECTIONS = "reflections"

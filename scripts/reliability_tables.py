@@ -1,8 +1,9 @@
 """The Markdown tables of docs/reliability.md from the JSON the runs wrote: a fuzz report
 (tests/fuzzing.py's Tally) or overload reports (loadtests/overload.py), printed to stdout.
 
-    .venv/bin/python scripts/reliability_tables.py fuzz docs/reliability/fuzz-api.json
-    .venv/bin/python scripts/reliability_tables.py overload docs/reliability/overload-*.json
+    .venv/bin/python scripts/reliability_tables.py fuzz docs/records/reliability-runs/fuzz-api.json
+    .venv/bin/python scripts/reliability_tables.py overload \\
+        docs/records/reliability-runs/overload-*.json
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Print the README's settings table from the Settings class (the single source of truth)."""
+"""Print docs/settings.md's table from the Settings class (the single source of truth)."""
 
 from reflectrm.settings import Settings
 

@@ -16,11 +16,11 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from reflectrm.datasets import read_pairs
 from reflectrm.engines import open_engine
 from reflectrm.judging.judge import Judge, JudgeConfig
 from reflectrm.judging.types import JudgmentSpec
 from reflectrm.settings import Settings, get_settings
+from reflectrm_harness.datasets import read_pairs
 
 DATA = (
     Path(__file__).resolve().parents[2] / "shared" / "data" / "benchmarks" / "rewardbench.jsonl.gz"

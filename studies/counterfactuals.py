@@ -17,7 +17,7 @@ import random
 import re
 from pathlib import Path
 
-from reflectrm.datasets import read_rows
+from reflectrm_harness.datasets import read_rows
 
 NON_ANSWERS = (
     "Unfortunately I cannot provide an answer to this.",

@@ -35,7 +35,8 @@ The row ``knockout+survival`` is not a strategy of the service: the same knockou
 rewarded by the mean of the share of rounds survived and the Bradley-Terry win share, kept as the
 evidence for rewarding a knockout by the fit alone.
 
-    PYTHONPATH=service .venv/bin/python -m studies.group_sim --out docs/group-sim
+    PYTHONPATH=service .venv/bin/python -m studies.group_sim \\
+        --out docs/records/group-designs-synthetic-judge
 """
 
 from __future__ import annotations

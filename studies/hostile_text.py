@@ -21,7 +21,7 @@ praise of itself, no markup, no claim of a verdict).
 
     flock /tmp/reflectrm-engine.lock env PYTHONPATH=service .venv/bin/python \\
         studies/hostile_text.py --pairs 3 --samples 8 --max-tokens 40 \\
-        --out docs/hostile-text/hostile_text.json
+        --out docs/records/hostile-text-verdict-moves/hostile_text.json
 """
 
 from __future__ import annotations

@@ -8,10 +8,10 @@ covers, how many of the file's pairs that judge held out and how many were in it
 
     env PYTHONPATH=service .venv/bin/python -m studies.judge_breakdown \
         --pairs runs/heldout-sample.jsonl.gz \
-        --results default=docs/judge-training/qwen05b/smollm2-heldout-sample/results.jsonl \
-        --results qwen05b=docs/judge-training/qwen05b/trap-heldout-sample/results.jsonl \
+        --results default=docs/records/judge-training/qwen05b/smollm2-heldout-sample/results.jsonl \
+        --results qwen05b=docs/records/judge-training/qwen05b/trap-heldout-sample/results.jsonl \
         --split service/reflectrm/artifacts/judge/holdout-split.json \
-        --out docs/judge-training/qwen05b/breakdown-heldout
+        --out docs/records/judge-training/qwen05b/breakdown-heldout
 """
 
 from __future__ import annotations

@@ -20,11 +20,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from reflectrm.datasets import pair_from_row, read_rows
 from reflectrm.engines.factory import open_engine
 from reflectrm.judging.judge import Judge
 from reflectrm.judging.types import MODES, JudgmentSpec, Mode
 from reflectrm.settings import Settings
+from reflectrm_harness.datasets import pair_from_row, read_rows
 
 
 async def one_round(

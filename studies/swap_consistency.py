@@ -11,7 +11,8 @@ Both with a Wilson 95% interval; the JSON output holds both and every check's re
 
     env PYTHONPATH=service .venv/bin/python -m studies.swap_consistency \\
         --pairs runs/heldout.jsonl.gz --limit 100 --model service/reflectrm/artifacts/judge \\
-        --offline runs/judge-eval/heldout/results.jsonl --out docs/online-consistency
+        --offline runs/judge-eval/heldout/results.jsonl \\
+        --out docs/records/online-vs-offline-consistency
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import httpx
 
 from loadtests.harness.metrics import parse_metrics
 from loadtests.harness.process import launch_service, stop_process, wait_ready
-from reflectrm.datasets import read_pairs
+from reflectrm_harness.datasets import read_pairs
 from reflectrm_harness.training.judge.figures import wilson
 
 

@@ -1,9 +1,10 @@
 """Starting a process in its own session and stopping it with its whole process group, for the
 load scripts and the tests: ``launch`` (any command, its output in a log), ``launch_service``
-(``reflectrm serve`` on a free loopback port), ``wait_ready`` (GET /ready, or /health, until it
-answers), ``wait_for`` (a condition, polled), ``stop_process`` (SIGINT, SIGTERM, then SIGKILL to
-the child's group, so that no engine process is left behind) and ``kill_group`` (SIGKILL to the
-group at once, as a machine failure would)."""
+(``reflectrm serve`` on a free loopback port), ``served`` (the service a run measures: one
+given by URL, or one started, waited for and always stopped), ``wait_ready`` (GET /ready, or
+/health, until it answers), ``wait_for`` (a condition, polled), ``stop_process`` (SIGINT,
+SIGTERM, then SIGKILL to the child's group, so that no engine process is left behind) and
+``kill_group`` (SIGKILL to the group at once, as a machine failure would)."""
 
 from __future__ import annotations
 
@@ -165,6 +166,41 @@ def launch_service(log: Path, settings: dict[str, str]) -> Service:
     command = [str(script)] if script.is_file() else [sys.executable, "-m", "reflectrm.cli"]
     proc = launch([*command, "serve"], log, env={**os.environ, **settings})
     return Service(proc=proc, url=f"http://{HOST}:{port}", log=log, settings=settings)
+
+
+@contextlib.contextmanager
+def served(
+    url: str | None,
+    log: Path,
+    settings: dict[str, str],
+    ready_timeout_s: float,
+    record: dict[str, Any] | None = None,
+    *,
+    stop: Callable[[subprocess.Popen[Any]], None] | None = None,
+) -> Iterator[str]:
+    """The base URL of the service a run measures: ``url`` when given (waited for until ready),
+    else ``reflectrm serve`` started with ``settings`` (its output in ``log``), waited for, and
+    stopped on leaving whatever happens (``stop``, default ``stop_process``). ``record`` gets
+    ``ready_after_s``, and ``service_exit_code`` of a service started here. RunError when the
+    service does not become ready."""
+    record = {} if record is None else record
+    service: Service | None = None
+    try:
+        if url:
+            url = url.rstrip("/")
+            record["ready_after_s"] = round(wait_ready(url, ready_timeout_s), 1)
+        else:
+            service = launch_service(log, settings)
+            print(f"starting the service (log: {log}) ...", flush=True)
+            record["ready_after_s"] = round(wait_ready(service.url, ready_timeout_s, service), 1)
+            url = service.url
+            print(f"service ready at {url} after {record['ready_after_s']} s", flush=True)
+        yield url
+    finally:
+        if service is not None:
+            print("stopping the service ...", flush=True)
+            (stop or stop_process)(service.proc)
+            record["service_exit_code"] = service.proc.returncode
 
 
 def wait_ready(

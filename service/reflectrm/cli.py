@@ -141,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="reflectrm",
         description="Pairwise judging with a generative reward model (ReflectRM). Settings come "
-        "from REFLECTRM_* environment variables (see the README's settings table).",
+        "from REFLECTRM_* environment variables (every one in docs/settings.md).",
     )
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -167,7 +167,8 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="?",
         default="default",
         metavar="NAME",
-        help="default (the shipped judge; the default), base, qwen05b, or an artifact folder",
+        help="default (the shipped judge; the default), base, qwen05b, smollm2, or an artifact "
+        "folder",
     )
     p.add_argument(
         "--dtype",

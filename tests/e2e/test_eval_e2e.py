@@ -8,8 +8,8 @@ import json
 import httpx
 import pytest
 
-from reflectrm.datasets import Pair
 from reflectrm.judging.judge import Judge
+from reflectrm_harness.datasets import Pair
 from reflectrm_harness.evaluation import cli, records
 from reflectrm_harness.evaluation.benchmarks import JUDGEBENCH, REWARDBENCH, load_dataset
 from reflectrm_harness.evaluation.common import pending

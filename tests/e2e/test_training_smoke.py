@@ -17,9 +17,9 @@ import trl  # noqa: F401
 from reflectrm.checkpoints.files import MANIFEST
 from reflectrm.checkpoints.resolve import resolve_model
 from reflectrm.checkpoints.validate import CheckpointError, validate_checkpoint
-from reflectrm.datasets import Pair
 from reflectrm.judging.prompts import TEMPLATE_VERSION
 from reflectrm.judging.types import Message
+from reflectrm_harness.datasets import Pair
 from reflectrm_harness.training.grpo.config import load_settings
 from reflectrm_harness.training.grpo.data import TRAIN_FILE, BuildConfig, build, read_items
 from reflectrm_harness.training.grpo.train import METRICS_FILE, train

@@ -204,3 +204,53 @@ def test_stopping_a_process_twice_is_harmless(tmp_path):
     stop_process(proc, grace_s=(0.1, 0.1))
     stop_process(proc, grace_s=(0.1, 0.1))
     assert proc.returncode == 0
+
+
+# Answers 200 to every GET on the port REFLECTRM_PORT names, as a ready service does.
+READY = (
+    "import http.server, os\n"
+    "class H(http.server.BaseHTTPRequestHandler):\n"
+    "    def do_GET(self):\n"
+    "        self.send_response(200); self.end_headers()\n"
+    "    def log_message(self, *a): pass\n"
+    "http.server.HTTPServer(('127.0.0.1', int(os.environ['REFLECTRM_PORT'])), H).serve_forever()\n"
+)
+
+
+def test_served_starts_waits_for_and_always_stops_the_service(tmp_path, monkeypatch):
+    from loadtests.harness import process
+
+    started: list[Service] = []
+
+    def launch_stand_in(log: Path, settings: dict[str, str]) -> Service:
+        port = free_port()
+        env = {**os.environ, **settings, "REFLECTRM_PORT": str(port)}
+        proc = launch([sys.executable, "-c", READY], log, env=env)
+        started.append(Service(proc=proc, url=f"http://127.0.0.1:{port}", log=log, settings={}))
+        return started[-1]
+
+    monkeypatch.setattr(process, "launch_service", launch_stand_in)
+    record: dict = {}
+    seen: list[bool] = []
+
+    def failing_run() -> None:
+        with process.served(None, tmp_path / "s.log", {}, 30, record) as url:
+            seen.append(url == started[0].url and started[0].proc.poll() is None)
+            raise RuntimeError("the run failed")
+
+    with pytest.raises(RuntimeError, match="the run failed"):
+        failing_run()
+    assert seen == [True]  # the service was up while the run ran
+    assert started[0].proc.poll() is not None
+    assert record["service_exit_code"] == started[0].proc.returncode
+    assert 0 <= record["ready_after_s"] < 30
+    # A service given by URL is waited for and left running.
+    given: dict = {}
+    proc = launch_stand_in(tmp_path / "given.log", {}).proc
+    try:
+        with process.served(started[1].url + "/", tmp_path / "x.log", {}, 30, given) as url:
+            assert url == started[1].url
+        assert proc.poll() is None
+        assert set(given) == {"ready_after_s"}
+    finally:
+        stop_process(proc)

@@ -28,7 +28,12 @@ from reflectrm.checkpoints.files import (
     PREPARED_MARKER,
     file_sha256,
 )
-from reflectrm.checkpoints.resolve import DEFAULT_MODEL, prepare_model, resolve_model
+from reflectrm.checkpoints.resolve import (
+    DEFAULT_MODEL,
+    SHIPPED_JUDGES,
+    prepare_model,
+    resolve_model,
+)
 from reflectrm.checkpoints.validate import CheckpointError, NotPreparedError, validate_checkpoint
 from reflectrm.settings import Settings
 from tests.unit.tiny_models import save_tiny_llama
@@ -291,7 +296,7 @@ def test_prepare_model_refuses_what_is_not_built_here(
     assert cli.main(["prepare-model", str(folder), "--dtype", "float32"]) == 2
     [line] = capsys.readouterr().err.strip().splitlines()
     assert line.startswith(f"reflectrm prepare-model: '{folder}' is not built here")
-    assert "default, base, qwen05b, smollm2, or an artifact folder" in line
+    assert f"default, base, {', '.join(sorted(SHIPPED_JUDGES))}, or an artifact folder" in line
 
 
 def test_the_package_ships_a_judge_with_its_verdict_layer_and_every_hash_holds() -> None:

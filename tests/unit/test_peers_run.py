@@ -194,4 +194,6 @@ def test_the_markdown_carries_the_figures():
 
 
 def test_the_command_is_the_documented_one():
-    assert "-m loadtests.peers_run --out docs/peers-run" in (peers_run.__doc__ or "")
+    assert "-m loadtests.peers_run --out docs/records/peer-forward-cost" in (
+        peers_run.__doc__ or ""
+    )

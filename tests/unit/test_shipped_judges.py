@@ -11,9 +11,8 @@ import pytest
 from reflectrm.checkpoints.artifact import check_artifact, is_judge_artifact, read_manifest
 from reflectrm.checkpoints.backbones import BACKBONES
 from reflectrm.checkpoints.files import (
-    ARTIFACT_DIR,
-    DEFAULT_JUDGE_DIR,
     ARTIFACT_MANIFEST,
+    DEFAULT_JUDGE_DIR,
     MANIFEST,
     QWEN05B_ARTIFACT_DIR,
     VERDICT_WEIGHTS,

@@ -1,6 +1,6 @@
 """Datasets to evaluate on: loading local files or hub copies, and sampling them deterministically.
 
-Rows are read and validated by ``reflectrm.datasets`` (the shared schema, ../shared/data/README.md);
+Rows are read and validated by ``reflectrm_harness.datasets`` (../shared/data/README.md);
 this module adds what is benchmark-specific: which benchmark a file holds, the metadata keys each
 official metric needs (see ``scoring``), and resolving a ``--dataset`` value. A file that is not
 one of the known benchmarks is a generic dataset under a label of its own (``NAME=`` or its file
@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from reflectrm.datasets import DatasetError, Pair, pair_from_row, read_rows
+from reflectrm_harness.datasets import DatasetError, Pair, pair_from_row, read_rows
 from reflectrm_harness.evaluation.hub import hub_rows
 from reflectrm_harness.evaluation.names import (
     BENCHMARKS,

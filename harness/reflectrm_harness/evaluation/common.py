@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from reflectrm.datasets import DatasetError
 from reflectrm.engines import EngineConfig, open_engine, resolve
 from reflectrm.engines.base import Engine, GenerationResult, MeteredEngine
 from reflectrm.judging.judge import Judge
+from reflectrm_harness.datasets import DatasetError
 from reflectrm_harness.evaluation.records import ResultsMismatchError
 
 if TYPE_CHECKING:  # imported where used: judging in-process needs no HTTP client

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from reflectrm.datasets import DatasetError
+from reflectrm_harness.datasets import DatasetError
 from reflectrm_harness.evaluation.names import (
     JUDGEBENCH,
     PPE,

@@ -6,7 +6,7 @@ benchmarks through it.
 
 from __future__ import annotations
 
-from reflectrm.datasets import DatasetError
+from reflectrm_harness.datasets import DatasetError
 
 REWARDBENCH = "rewardbench"
 RMBENCH = "rm-bench"

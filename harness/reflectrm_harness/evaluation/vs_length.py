@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from reflectrm.datasets import pair_from_row, read_rows
+from reflectrm_harness.datasets import pair_from_row, read_rows
 from reflectrm_harness.evaluation import records
 from reflectrm_harness.evaluation.common import say
 from reflectrm_harness.evaluation.length import length_balanced, longer_of

@@ -7,7 +7,7 @@ import json
 from collections import Counter
 from typing import Any
 
-from reflectrm.datasets import read_pairs
+from reflectrm_harness.datasets import read_pairs
 from reflectrm_harness.evaluation.data import CORRECTNESS
 
 SUBSETS = {"facts", "arithmetic", "units", "code", "common-sense"}

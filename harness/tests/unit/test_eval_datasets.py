@@ -8,8 +8,8 @@ from collections import Counter
 
 import pytest
 
-from reflectrm.datasets import Pair
 from reflectrm.judging.types import Message
+from reflectrm_harness.datasets import Pair
 from reflectrm_harness.evaluation.benchmarks import (
     JUDGEBENCH,
     PPE,

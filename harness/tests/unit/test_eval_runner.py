@@ -9,10 +9,10 @@ from collections import Counter
 import httpx
 import pytest
 
-from reflectrm.datasets import Pair
 from reflectrm.engines.base import GenerationResult, Prompt, SamplingSpec
 from reflectrm.judging.judge import Judge, JudgeConfig
 from reflectrm.judging.types import Message
+from reflectrm_harness.datasets import Pair
 from reflectrm_harness.evaluation import records
 from reflectrm_harness.evaluation.benchmarks import JUDGEBENCH, RMB
 from reflectrm_harness.evaluation.common import (

@@ -14,13 +14,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from reflectrm.datasets import DatasetError
 from reflectrm.engines.base import GenerationResult, Prompt, SamplingSpec
 from reflectrm.judging.groups import STRATEGIES
 from reflectrm.judging.judge import Judge
 from reflectrm.judging.types import Message
 from reflectrm.serving.service import JudgingService
 from reflectrm.settings import Settings
+from reflectrm_harness.datasets import DatasetError
 from reflectrm_harness.evaluation import cli
 from reflectrm_harness.evaluation.groups import command as group_cli
 from reflectrm_harness.evaluation.groups import report as group_report

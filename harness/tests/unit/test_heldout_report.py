@@ -6,8 +6,8 @@ import gzip
 import json
 from pathlib import Path
 
-from reflectrm.datasets import Pair, read_pairs
 from reflectrm.judging.types import Message
+from reflectrm_harness.datasets import Pair, read_pairs
 from reflectrm_harness.training.judge.heldout import export_heldout
 from reflectrm_harness.training.judge.split import SourcePairs, make_split
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from reflectrm.datasets import Pair
 from reflectrm.engines.chat import ChatRenderer
 from reflectrm.judging.types import Message
+from reflectrm_harness.datasets import Pair
 from reflectrm_harness.training.judge.items import target_text, tokenize_targets
 from reflectrm_harness.training.judge.model import ADAPTER_DIR
 from reflectrm_harness.training.judge.sft import LOG_FILE, JudgeTrainConfig, plan_steps, train_judge

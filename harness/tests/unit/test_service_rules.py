@@ -46,7 +46,7 @@ def client() -> Iterator[TestClient]:
 def test_the_evaluation_harness_refuses_exactly_what_the_schema_does(client: TestClient):
     """One rule for HTTP and in-process evaluation: a text of zero characters (e.g. five RMB
     pairs' empty prompt) is refused; whitespace is a text."""
-    from reflectrm.datasets import Pair, pair_from_row
+    from reflectrm_harness.datasets import Pair, pair_from_row
     from reflectrm_harness.evaluation.pairwise.runner import plan, refusal
 
     rows = [

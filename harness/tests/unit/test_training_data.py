@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from reflectrm.datasets import Pair, pair_from_row
 from reflectrm.judging.prompts import get_template
 from reflectrm.judging.types import Candidate, Message
+from reflectrm_harness.datasets import Pair, pair_from_row
 from reflectrm_harness.training.grpo.data import (
     JUDGMENTS_FILE,
     STATS_FILE,

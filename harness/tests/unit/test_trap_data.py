@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from reflectrm.datasets import read_pairs
+from reflectrm_harness.datasets import read_pairs
 from reflectrm_harness.evaluation.data import TRAP
 from tests.conftest import SHARED_DATA  # ../shared/data beside the repo
 

@@ -26,8 +26,8 @@ the reward is in [0, 1]); with none it is None. Rewards of ``knockout``, ``circu
 Bradley-Terry fit of the comparisons made (``bradley_terry``, ``win_shares``). A knockout's
 rounds survived enter through that fit (each is a comparison won, or a bye) and are reported
 beside the reward (``rounds_survived``), not added to it: in the simulation of
-``studies/group_sim.py`` (docs/group-sim) the mean of the two ranked groups worse in Kendall
-tau than the fit alone, at every size and position bias.
+``studies/group_sim.py`` (docs/records/group-designs-synthetic-judge) the mean of the two
+ranked groups worse in Kendall tau than the fit alone, at every size and position bias.
 
 Whatever the strategy: an empty (whitespace-only) completion is not judged: its reward is 0.0,
 and comparisons with it are not made, so beating it earns nothing. Completions identical after

@@ -13,7 +13,6 @@ from typing import Any, cast
 
 from reflectrm.judging.debias import Debias
 from reflectrm.judging.groups import STRATEGIES, Strategy
-from reflectrm.portable import portable
 from reflectrm_harness.evaluation import records
 from reflectrm_harness.evaluation.common import (
     Progress,
@@ -42,6 +41,7 @@ from reflectrm_harness.evaluation.groups.runner import (
     pool_plan,
     run_group_units,
 )
+from reflectrm_harness.portable import portable
 
 GROUP_RESULTS = "group-results.jsonl"
 GROUP_MODES = ("single", "vote", "reflect")

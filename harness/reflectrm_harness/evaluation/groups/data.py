@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reflectrm.datasets import DatasetError, pair_from_row, read_rows
 from reflectrm.judging.types import Message
+from reflectrm_harness.datasets import DatasetError, pair_from_row, read_rows
 from reflectrm_harness.evaluation.benchmarks import default_data_dir, find_local
 from reflectrm_harness.evaluation.names import RMB, RMBENCH, canonical_name, is_benchmark_name
 

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from reflectrm.engines import EngineConfig
-from reflectrm.portable import portable
 from reflectrm.settings import get_settings
 from reflectrm_harness.evaluation import records
 from reflectrm_harness.evaluation.benchmarks import (
@@ -50,6 +49,7 @@ from reflectrm_harness.evaluation.pairwise.runner import (
     refusal,
     run_units,
 )
+from reflectrm_harness.portable import portable
 
 RESULTS_NAME = "results.jsonl"
 DEFAULT_OUT_DIR = Path("runs") / "eval"

@@ -17,9 +17,9 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from reflectrm.aio import gather_all
-from reflectrm.datasets import Pair
 from reflectrm.judging.judge import DrawnCandidates, Judge, PreparedJudgment, PromptTooLongError
 from reflectrm.judging.types import Ablation, Judgment, JudgmentSpec, Mode
+from reflectrm_harness.datasets import Pair
 from reflectrm_harness.evaluation.common import (
     Progress,
     RunSummary,

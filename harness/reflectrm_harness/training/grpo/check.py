@@ -12,10 +12,10 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-from reflectrm.datasets import Pair
 from reflectrm.engines.base import Engine
 from reflectrm.judging.judge import Judge, JudgeConfig, PromptTooLongError
 from reflectrm.judging.types import JudgmentSpec
+from reflectrm_harness.datasets import Pair
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reflectrm.datasets import Pair, Presented, pair_to_row
 from reflectrm.engines.base import Engine
 from reflectrm.judging.judge import Judge, JudgeConfig, PromptTooLongError
 from reflectrm.judging.prompts import (
@@ -31,6 +30,7 @@ from reflectrm.judging.prompts import (
     reflection_messages,
 )
 from reflectrm.judging.types import Candidate, JudgmentSpec, Message
+from reflectrm_harness.datasets import Pair, Presented, pair_to_row
 
 log = logging.getLogger(__name__)
 

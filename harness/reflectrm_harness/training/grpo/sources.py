@@ -1,6 +1,6 @@
 """Where training pairs come from: shared-schema files on disk or, online, a hub dataset.
 
-Rows are read and validated by ``reflectrm.datasets`` (the shared schema, ../shared/data/README.md);
+Rows are read and validated by ``reflectrm_harness.datasets`` (../shared/data/README.md);
 HelpSteer3-Preference, the paper's training set, is converted to that schema here.
 """
 
@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from reflectrm.datasets import Pair, pair_from_row, read_rows
+from reflectrm_harness.datasets import Pair, pair_from_row, read_rows
 
 HELPSTEER3 = "nvidia/HelpSteer3"
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from reflectrm.datasets import pair_to_row
+from reflectrm_harness.datasets import pair_to_row
 from reflectrm_harness.evaluation.vs_length import source_label
 from reflectrm_harness.training.judge.split import SourcePairs, held_out_pairs
 

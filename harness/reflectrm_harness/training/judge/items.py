@@ -15,7 +15,6 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from reflectrm.datasets import Pair
 from reflectrm.judging.prompts import (
     CRITIQUE_VERDICTS,
     RESPONSE_VERDICTS,
@@ -24,6 +23,7 @@ from reflectrm.judging.prompts import (
     preference_chat,
     reflection_chat,
 )
+from reflectrm_harness.datasets import Pair
 
 
 def analysis_text(kind: str, winner: int) -> str:

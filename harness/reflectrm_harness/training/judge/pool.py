@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reflectrm.datasets import Pair
+from reflectrm_harness.datasets import Pair
 from reflectrm_harness.training.judge.split import prompt_key
 from reflectrm_harness.training.judge.states import Item, both_orders, interleave, read_file_pairs
 
@@ -252,7 +252,7 @@ def run_split(args: Any) -> int:
     import gzip
     import json
 
-    from reflectrm.datasets import pair_to_row
+    from reflectrm_harness.datasets import pair_to_row
 
     config = PoolConfig()
     pool = read_pool(args.data, args.benchmark, config)

@@ -37,9 +37,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from reflectrm.datasets import Pair
 from reflectrm.hardware import cpu_name
 from reflectrm.judging.prompts import TEMPLATE_VERSION
+from reflectrm_harness.datasets import Pair
 from reflectrm_harness.training.judge.items import Item, pair_items, tokenize_targets
 from reflectrm_harness.training.judge.model import (
     ADAPTER_DIR,

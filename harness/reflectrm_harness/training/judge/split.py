@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from reflectrm.datasets import Pair, read_pairs
+from reflectrm_harness.datasets import Pair, read_pairs
 
 
 class SplitError(ValueError):

@@ -39,9 +39,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from reflectrm.datasets import Pair, pair_from_row, read_rows
 from reflectrm.engines.chat import ChatRenderer
 from reflectrm.judging.prompts import get_template, preference_chat
+from reflectrm_harness.datasets import Pair, pair_from_row, read_rows
 
 T = TypeVar("T")
 

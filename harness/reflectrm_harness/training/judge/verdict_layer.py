@@ -53,8 +53,8 @@ from typing import Any
 
 from reflectrm.checkpoints.artifact import pack_sparse
 from reflectrm.checkpoints.files import VERDICT_WEIGHTS
-from reflectrm.datasets import Pair
 from reflectrm.hardware import cpu_name
+from reflectrm_harness.datasets import Pair
 from reflectrm_harness.training.judge.figures import VERDICT_REPORT, summarize
 from reflectrm_harness.training.judge.items import (
     digit_ids,

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from reflectrm.datasets import (
+from reflectrm.judging.types import Message
+from reflectrm_harness.datasets import (
     DatasetError,
     Pair,
     Presented,
@@ -18,7 +19,6 @@ from reflectrm.datasets import (
     read_pairs,
     read_rows,
 )
-from reflectrm.judging.types import Message
 
 PROMPT_ROW = {"id": "p1", "source": "demo", "prompt": "q", "chosen": "good", "rejected": "bad"}
 MESSAGES_ROW = {

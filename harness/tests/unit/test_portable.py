@@ -1,5 +1,5 @@
 """Paths in written artifacts relative to the repository, not the machine's
-(reflectrm/portable.py)."""
+(reflectrm_harness/portable.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from reflectrm.portable import portable, portable_text
+from reflectrm_harness.portable import portable, portable_text
 
 REPO = Path("/srv/checkouts/reflectrm")
 HOME = str(Path.home())
@@ -60,7 +60,7 @@ def test_every_string_of_a_json_value_keys_included():
     }
 
 
-DOCS = Path(__file__).resolve().parents[2] / "docs"
+DOCS = Path(__file__).resolve().parents[3] / "docs"
 # Absolute paths of a machine: home directories, temporary folders, the work folder.
 MACHINE_PATH = re.compile(r"(?<![\w.~/-])/(?:root|home|Users|tmp|var/folders|work)/[\w.-]")
 

@@ -1,0 +1,28 @@
+"""The README's sample judgment is what the default judge answers: its request posted to
+`reflectrm serve` as `make serve` starts it (the default judge, default settings), and the stable
+fields of the real reply compared with the README's block (scripts/readme_example.py writes it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+
+from loadtests.harness.process import launch_service, stop_process, wait_ready
+from scripts.readme_example import REQUEST, SHOWN, readme_reply, render, shown
+
+
+def test_the_readme_shows_the_default_judges_reply(tmp_path: Path) -> None:
+    service = launch_service(tmp_path / "serve.log", {})
+    try:
+        wait_ready(service.url, 900, service)
+        r = httpx.post(f"{service.url}/v1/judge", json=REQUEST, timeout=600)
+    finally:
+        stop_process(service.proc)
+    assert r.status_code == 200, r.text
+    real = shown(r.json())
+    assert list(real) == list(SHOWN)
+    assert real == readme_reply(), (
+        "the README's sample reply is stale; the judge answers:\n"
+        f"{render(r.json())}\nregenerate it with `.venv/bin/python -m scripts.readme_example`"
+    )

@@ -1,0 +1,68 @@
+"""docs/judges.md is generated from the shipped judges' manifests: stale, this fails; a figure a
+manifest lacks is "not measured", never invented."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from scripts.judges_table import NOT_MEASURED, PAGE, render
+
+
+def test_the_judges_page_is_generated_from_the_manifests() -> None:
+    assert PAGE.read_text() == render(), (
+        "docs/judges.md is stale: .venv/bin/python -m scripts.judges_table > docs/judges.md"
+    )
+
+
+def write(folder: Path, manifest: dict) -> None:
+    folder.mkdir(parents=True)
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_figures_come_from_the_manifest_or_read_not_measured(tmp_path: Path) -> None:
+    write(
+        tmp_path / "judge",
+        {
+            "base_model": {"name": "B"},
+            "figures": {
+                "heldout": {"value": 61.04, "ci95": [58.0, 64.01], "record": "docs/records/x/"},
+                "trap": {"value": None},
+                "cost": {"value": 33, "unit": "generated tokens"},
+            },
+            "data": [{"licence": "MIT"}, {"licence": "CC-BY-4.0"}, {"file": "no licence"}],
+        },
+    )
+    write(tmp_path / "judge-other", {})
+    first, second = render(tmp_path).strip().splitlines()[-2:]
+    cells = [c.strip() for c in first.strip("|").split("|")]
+    assert cells == [
+        "`default`, `smollm2`",
+        "B",
+        "61.0% [58.0, 64.0] ([record](records/x))",
+        NOT_MEASURED,
+        NOT_MEASURED,  # a figure without a value is not measured
+        NOT_MEASURED,
+        "33.0 generated tokens",
+        "CC-BY-4.0, MIT",
+    ]
+    cells = [c.strip() for c in second.strip("|").split("|")]
+    assert cells == [
+        "`service/reflectrm/artifacts/judge-other`",
+        "not recorded",
+        *[NOT_MEASURED] * 5,
+        "not recorded",
+    ]
+
+
+def test_the_held_out_block_of_an_older_manifest_is_read(tmp_path: Path) -> None:
+    held = {
+        "accuracy_mean_of_both_orders": 60.6,
+        "accuracy_95": [57.8, 63.5],
+        "says_response_1_percent": 52.73,
+        "records": "docs/records/h/",
+    }
+    write(tmp_path / "judge", {"heldout": held})
+    cells = [c.strip() for c in render(tmp_path).strip().splitlines()[-1].strip("|").split("|")]
+    assert cells[2] == "60.6% [57.8, 63.5] ([record](records/h))"
+    assert cells[5] == "52.7% ([record](records/h))"
