@@ -1,7 +1,8 @@
 """Counterfactual pairs built from a pairs file, no other model needed: each pair's chosen reply
 against (a) a reply written for another prompt, (b) a non-answer (a refusal, "I don't know.",
 an evasion), (c) a truncated copy of itself, (d) a padded copy of itself (its first sentence
-repeated at the end): longer but worse, so that (c) teaches no "longer wins".
+repeated at the end): longer but worse, so that (c) teaches no "longer wins", (e) a copy with one
+of its numbers changed (a wrong answer of the same length and style).
 
     python -m studies.counterfactuals --pairs dev.jsonl --out dev-counterfactual.jsonl --per-kind 25
 
@@ -29,8 +30,25 @@ NON_ANSWERS = (
     "I have no idea, sorry.",
     "This is not something I can answer.",
 )
-KINDS = ("other_prompt", "non_answer", "truncated", "padded")
+KINDS = ("other_prompt", "non_answer", "truncated", "padded", "wrong_number")
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
+_NUMBER = re.compile(r"(?<![\w.])\d{1,4}(?![\w.])")
+
+
+def wrong_number(text: str, rng: random.Random) -> str | None:
+    """The reply with one of its numbers (1 to 4 digits, not part of a word or decimal) moved
+    by 1 to 3, keeping its digit count where it can; None when it holds no number."""
+    found = list(_NUMBER.finditer(text))
+    if not found:
+        return None
+    m = rng.choice(found)
+    value = int(m.group())
+    other = value + rng.choice((-3, -2, -1, 1, 2, 3))
+    if other < 0 or len(str(other)) != len(m.group()):
+        other = value + 1 if len(str(value + 1)) == len(m.group()) else value - 1
+    if other < 0:
+        return None
+    return text[: m.start()] + str(other) + text[m.end() :]
 
 
 def truncated(text: str) -> str | None:
@@ -68,6 +86,8 @@ def build(rows: list[dict], per_kind: int, seed: int) -> list[dict]:
                 rejected = rng.choice(NON_ANSWERS)
             elif kind == "truncated":
                 rejected = truncated(chosen)
+            elif kind == "wrong_number":
+                rejected = wrong_number(chosen, rng)
             else:
                 rejected = padded(chosen)
             if not rejected or rejected == chosen:
