@@ -18,7 +18,10 @@ import httpx
 from reflectrm_harness.evaluation.data import CORRECTNESS, TRAP
 from tests.e2e.conftest import separate_service
 
-SLICE = 12
+# The first 30 pairs of each set by id. A judge at chance pays the chosen answer more in 15 of
+# 30 (20 or more in about 5% of runs); the default judge's rates on the whole sets are in
+# docs/results.md.
+SLICE = 30
 
 
 def first_pairs(path: Any, n: int) -> list[dict[str, Any]]:
@@ -55,5 +58,5 @@ def test_the_default_judge_pays_answers_over_non_answers_and_right_over_wrong():
     # Margin mode: per comparison, two verdict prefills and each answer's likelihood; a reward
     # is a probability strictly between 0 and 1, never a hard 1.0/0.0.
     assert all(0.0 < x < 1.0 for reply in trap + right for x in reply["rewards"])
-    assert trap_wins >= SLICE - 1, (trap_wins, info)
-    assert right_wins >= SLICE - 3, (right_wins, info)
+    assert trap_wins >= 28, (trap_wins, info)
+    assert right_wins >= 20, (right_wins, info)

@@ -13,7 +13,8 @@ from scripts.readme_example import REQUEST, SHOWN, readme_reply, render, shown
 
 
 def test_the_readme_shows_the_default_judges_reply(tmp_path: Path) -> None:
-    service = launch_service(tmp_path / "serve.log", {})
+    # The default judge, whatever the suite's other services serve (tests/e2e/conftest.py).
+    service = launch_service(tmp_path / "serve.log", {"REFLECTRM_MODEL": "default"})
     try:
         wait_ready(service.url, 900, service)
         r = httpx.post(f"{service.url}/v1/judge", json=REQUEST, timeout=600)
