@@ -24,12 +24,18 @@ ARTIFACTS = ROOT / "service" / "reflectrm" / "artifacts"
 PAGE = ROOT / "docs" / "judges.md"
 NOT_MEASURED = "not measured"
 # The model settings that serve each shipped artifact folder.
-SETTING = {"judge": ("default", "smollm2"), "judge-qwen05b": ("qwen05b",)}
+SETTING = {
+    "judge-qwen05b-margin": ("default",),
+    "judge": ("smollm2",),
+    "judge-qwen05b": ("qwen05b",),
+}
 COLUMNS = (
     ("heldout", "held-out accuracy [95% CI]"),
     ("length_balanced", "length-balanced [95% CI]"),
     ("trap", "non-answer trap"),
+    ("correctness", "correctness set"),
     ("slot1", "names Response 1"),
+    ("ties", "no winner"),
     ("cost", "cost per judgment"),
 )
 
@@ -59,6 +65,8 @@ def _legacy(manifest: dict[str, Any], key: str) -> dict[str, Any] | None:
 def figure(manifest: dict[str, Any], key: str) -> dict[str, Any] | None:
     figures = manifest.get("figures")
     found = figures.get(key) if isinstance(figures, dict) else None
+    if key == "cost" and isinstance(found, dict) and figures.get("mode"):
+        found = {**found, "unit": f"{found.get('unit', '')} ({figures['mode']})".strip()}
     if isinstance(found, dict) and found.get("value") is not None:
         return dict(found)
     return _legacy(manifest, key)
