@@ -37,11 +37,13 @@ def test_figures_come_from_the_manifest_or_read_not_measured(tmp_path: Path) -> 
     first, second = render(tmp_path).strip().splitlines()[-2:]
     cells = [c.strip() for c in first.strip("|").split("|")]
     assert cells == [
-        "`default`, `smollm2`",
+        "`smollm2`",
         "B",
         "61.0% [58.0, 64.0] ([record](records/x))",
         NOT_MEASURED,
         NOT_MEASURED,  # a figure without a value is not measured
+        NOT_MEASURED,
+        NOT_MEASURED,
         NOT_MEASURED,
         "33.0 generated tokens",
         "CC-BY-4.0, MIT",
@@ -50,7 +52,7 @@ def test_figures_come_from_the_manifest_or_read_not_measured(tmp_path: Path) -> 
     assert cells == [
         "`service/reflectrm/artifacts/judge-other`",
         "not recorded",
-        *[NOT_MEASURED] * 5,
+        *[NOT_MEASURED] * 7,
         "not recorded",
     ]
 
@@ -65,4 +67,4 @@ def test_the_held_out_block_of_an_older_manifest_is_read(tmp_path: Path) -> None
     write(tmp_path / "judge", {"heldout": held})
     cells = [c.strip() for c in render(tmp_path).strip().splitlines()[-1].strip("|").split("|")]
     assert cells[2] == "60.6% [57.8, 63.5] ([record](records/h))"
-    assert cells[5] == "52.7% ([record](records/h))"
+    assert cells[6] == "52.7% ([record](records/h))"
