@@ -69,7 +69,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--model", default="default", help="the REFLECTRM_MODEL to serve")
     p.add_argument("--url", help="a running service (default: start one)")
     p.add_argument("--strategy", default="round_robin")
-    p.add_argument("--mode", default="single")
+    p.add_argument("--mode", default="margin")
     p.add_argument("--debias", default="swap")
     p.add_argument("--max-tokens", type=int, default=160)
     p.add_argument("--seed", type=int, default=0)

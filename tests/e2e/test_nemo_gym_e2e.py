@@ -54,7 +54,7 @@ def test_a_genrm_compare_comparison_on_the_real_engine(client: httpx.Client):
     assert r.status_code == 200, r.text
     reply = r.json()
     own = reply["reflectrm"]
-    assert (own["mode"], own["debias"]) == ("reflect", "swap")
+    assert (own["mode"], own["debias"], own["scoring"]) == ("margin", "swap", "probability")
     assert [o["first"] for o in own["orders"]] == [1, 2]  # both orders ran
     content = reply["choices"][0]["message"]["content"]
     if own["no_verdict"]:  # the weak judge may say nothing in either order: an empty answer

@@ -121,7 +121,12 @@ def assert_whole(body: dict[str, Any], num_candidates: int) -> None:
         assert body["usage"]["engine_requests"] == 1 + len(trace["reflections"])
     voters = [trace["candidates"][i]["verdict"] for i in trace["voters"]]
     assert body["votes"] == [voters.count(1), voters.count(2)]
-    assert body["scores"] == pytest.approx([v / len(voters) for v in body["votes"]])
+    if body["scoring"] == "votes":
+        assert body["scores"] == pytest.approx([v / len(voters) for v in body["votes"]])
+    else:  # the voters' mean verdict probabilities, read through the fleet's log-probs
+        probs = [trace["candidates"][i]["probabilities"] for i in trace["voters"]]
+        mean = [sum(p[k] for p in probs) / len(probs) for k in (0, 1)]
+        assert body["scores"] == pytest.approx(mean)
     if voters.count(1) != voters.count(2):
         assert body["winner"] == (1 if voters.count(1) > voters.count(2) else 2)
 
