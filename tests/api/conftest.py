@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
+
+import pytest
 
 from reflectrm.app import create_app
 from reflectrm.engines.base import GenerationResult, Prompt, SamplingSpec
@@ -49,6 +52,19 @@ class PreferenceEngine(ScriptedEngine):
         await asyncio.sleep(self.delay_s)
         gens = (judgment(1),) * ones + (judgment(2),) * (spec.n - ones)
         return GenerationResult(generations=gens, prompt_tokens=prompt.num_tokens)
+
+
+@pytest.fixture(scope="package", autouse=True)
+def api_model() -> Iterator[None]:
+    """The API tests' apps stand for the SmolLM2 judge (template v1, no margin weights): the
+    scripted engines answer in that template, whatever the default judge is."""
+    before = os.environ.get("REFLECTRM_MODEL")
+    os.environ["REFLECTRM_MODEL"] = "smollm2"
+    yield
+    if before is None:
+        os.environ.pop("REFLECTRM_MODEL", None)
+    else:
+        os.environ["REFLECTRM_MODEL"] = before
 
 
 @contextlib.contextmanager

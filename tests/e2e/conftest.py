@@ -32,9 +32,22 @@ T = TypeVar("T")
 
 # The judge these tests serve: the SmolLM2-135M judge (artifacts/judge), the smallest shipped,
 # so that the suite's many real judgments stay fast. Every service started here, in process or
-# as a child process, reads it; the default judge has its own test (test_default_judge_e2e).
+# as a child process, reads it (``e2e_model``); the default judge has its own test
+# (test_default_judge_e2e).
 E2E_MODEL = "smollm2"
-os.environ["REFLECTRM_MODEL"] = E2E_MODEL
+
+
+@pytest.fixture(scope="package", autouse=True)
+def e2e_model() -> Iterator[None]:
+    """REFLECTRM_MODEL for this folder's tests and the processes they start, and only them."""
+    before = os.environ.get("REFLECTRM_MODEL")
+    os.environ["REFLECTRM_MODEL"] = E2E_MODEL
+    yield
+    if before is None:
+        os.environ.pop("REFLECTRM_MODEL", None)
+    else:
+        os.environ["REFLECTRM_MODEL"] = before
+
 
 # Short generations keep the suite fast; the analysis bound follows from max_tokens.
 E2E_MAX_TOKENS = 48
@@ -69,6 +82,7 @@ def prepared_default_judge() -> None:
 
 def e2e_settings(**overrides: Any) -> Settings:
     base: dict[str, Any] = {
+        "model": E2E_MODEL,
         "kv_cache_gib": 2.0,
         "dtype": E2E_DTYPE,
         "max_model_len": 4096,
