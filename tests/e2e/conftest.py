@@ -71,13 +71,16 @@ def default_model_name() -> str:
 
 @pytest.fixture(scope="session", autouse=True)
 def prepared_default_judge() -> None:
-    """The preparation step of the dtypes these tests serve the default judge in (float32, and
-    bfloat16 in one test): a server finds its model built, it never builds it."""
+    """The preparation step of what these tests serve, in the dtypes they serve it in (float32,
+    and bfloat16 where a test serves as `make serve` does): the suite's judge and the untrained
+    base model (the reliability tests' long judgments). A server finds its model built, it never
+    builds it; set-up prepares the default judge."""
     from reflectrm.checkpoints.base import default_cache_dir
-    from reflectrm.checkpoints.resolve import prepare_model
+    from reflectrm.checkpoints.resolve import BASE_MODEL, prepare_model
 
-    for dtype in (E2E_DTYPE, "bfloat16"):
-        prepare_model(E2E_MODEL, default_cache_dir(), dtype, say=lambda _: None)
+    for model in (E2E_MODEL, BASE_MODEL):
+        for dtype in (E2E_DTYPE, "bfloat16"):
+            prepare_model(model, default_cache_dir(), dtype, say=lambda _: None)
 
 
 def e2e_settings(**overrides: Any) -> Settings:
