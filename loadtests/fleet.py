@@ -78,11 +78,17 @@ class Replica:
 
 
 def replica_config(
-    kv_cache_gib: float = 1.0, max_model_len: int = 4096, dtype: str = "auto"
+    kv_cache_gib: float = 1.0,
+    max_model_len: int = 4096,
+    dtype: str = "auto",
+    model: str = "default",
 ) -> EngineConfig:
-    """The default model, resolved, with the small KV cache a shared machine affords."""
+    """A model setting's model (the default judge unless told), resolved, with the small KV
+    cache a shared machine affords."""
     return resolve(
-        EngineConfig(kv_cache_gib=kv_cache_gib, max_model_len=max_model_len, dtype=dtype)
+        EngineConfig(
+            model=model, kv_cache_gib=kv_cache_gib, max_model_len=max_model_len, dtype=dtype
+        )
     )
 
 
@@ -194,11 +200,12 @@ def local_fleet(
     extra_env: dict[str, str] | None = None,
     extra_args: Sequence[str] = (),
     dtype: str = "auto",
+    model: str = "default",
 ) -> Iterator[Fleet]:
     """Start the replicas (in parallel) and the router; stop all of them on exit."""
     log_dir = log_dir or Path(os.environ.get("TMPDIR", "/tmp")) / f"reflectrm-fleet-{os.getpid()}"
     log_dir.mkdir(parents=True, exist_ok=True)
-    config = replica_config(kv_cache_gib, max_model_len, dtype)
+    config = replica_config(kv_cache_gib, max_model_len, dtype, model)
     started: list[Replica] = []
     router: Router | None = None
     try:

@@ -67,6 +67,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         extra_args=["--enable-log-requests"],
         extra_env={"VLLM_LOGGING_LEVEL": "INFO"},
         dtype=E2E_DTYPE,  # as the in-process engine: its judgments are compared exactly
+        model=E2E_MODEL,
     ) as started:
         yield started
 
