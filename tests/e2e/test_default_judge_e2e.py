@@ -52,7 +52,7 @@ def paid_more(url: str, rows: list[dict[str, Any]]) -> tuple[int, list[dict[str,
 def test_the_default_judge_pays_answers_over_non_answers_and_right_over_wrong():
     # As served: its own dtype, and a max_tokens that holds template v3's enforced format in
     # this model's tokens (the suite's short default is for the SmolLM2 judge).
-    settings = {"model": "default", "dtype": "auto", "kv_cache_gib": 1.5, "max_tokens": 256}
+    settings = {"model": "default", "dtype": "auto", "max_tokens": 256}
     with separate_service(**settings) as service:
         with httpx.Client(timeout=60) as client:
             info = client.get(f"{service.url}/v1/models").json()
