@@ -86,6 +86,7 @@ def judge_service(fleet: Fleet) -> Iterator[LiveService]:
     """The judge's HTTP service with the remote engine pointed at the router."""
     settings = e2e_settings(
         engine="remote",
+        model="default",  # with a remote engine: the one model the fleet serves
         engine_url=fleet.router_url,
         engine_startup_timeout_s=60,
         swap_check_fraction=0.0,  # no background judgments: the replicas' counters are ours
