@@ -72,7 +72,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 result = await one_round(judge, specs, args.concurrency, f"r{r}-{mode}")
                 per_mode[mode].append(result)
                 print(mode, r, f"{result['judgments'] / result['seconds']:.2f}/s", flush=True)
-    summary: dict[str, Any] = {"argv": vars(args) | {"pairs": str(args.pairs)}, "modes": {}}
+    given = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+    summary: dict[str, Any] = {"argv": given, "modes": {}}
     for name, results in per_mode.items():
         n = sum(x["judgments"] for x in results)
         summary["modes"][name] = {
