@@ -23,7 +23,11 @@ def test_the_readme_shows_the_default_judges_reply(tmp_path: Path) -> None:
     assert r.status_code == 200, r.text
     real = shown(r.json())
     assert list(real) == list(SHOWN)
-    assert real == readme_reply(), (
+    # Sampled at temperature 1 in bf16, the analyses and vote counts can differ between two
+    # runs of the same seed (batching); the verdict, its scoring and the judge cannot.
+    stable = ("winner", "scoring", "outcome", "mode", "model", "seed")
+    shown_reply = readme_reply()
+    assert {k: real[k] for k in stable} == {k: shown_reply[k] for k in stable}, (
         "the README's sample reply is stale; the judge answers:\n"
         f"{render(r.json())}\nregenerate it with `.venv/bin/python -m scripts.readme_example`"
     )
