@@ -67,11 +67,15 @@ def padded(text: str) -> str | None:
     return f"{text.strip()}\n\n{first} {first}"
 
 
-def build(rows: list[dict], per_kind: int, seed: int) -> list[dict]:
+def _prompt_of(row: dict) -> str:
+    return json.dumps(row.get("messages") or row.get("prompt"), sort_keys=True)
+
+
+def build(rows: list[dict], per_kind: int, seed: int, kinds: tuple[str, ...] = KINDS) -> list[dict]:
     rng = random.Random(seed)
     order = list(range(len(rows)))
     out: list[dict] = []
-    for kind in KINDS:
+    for kind in kinds:
         rng.shuffle(order)
         made = 0
         for i in order:
@@ -80,7 +84,10 @@ def build(rows: list[dict], per_kind: int, seed: int) -> list[dict]:
             row = rows[i]
             chosen = str(row["chosen"])
             if kind == "other_prompt":
-                other = rows[rng.choice([k for k in order if k != i])]
+                # another prompt's reply: never one of the same prompt's other pairs (a
+                # HelpSteer2 prompt has several), which would answer this prompt too
+                asked = _prompt_of(row)
+                other = rows[rng.choice([k for k in order if _prompt_of(rows[k]) != asked])]
                 rejected: str | None = str(other["chosen"])
             elif kind == "non_answer":
                 rejected = rng.choice(NON_ANSWERS)
@@ -117,11 +124,18 @@ def main() -> None:
         default=[],
         help="only rows of this source (repeatable); default every row",
     )
+    ap.add_argument(
+        "--kind",
+        action="append",
+        choices=KINDS,
+        default=[],
+        help="only this kind of counterfactual (repeatable); default every kind",
+    )
     args = ap.parse_args()
     rows = [r for _, r in read_rows(args.pairs)]
     if args.source:
         rows = [r for r in rows if r.get("source") in args.source]
-    made = build(rows, args.per_kind, args.seed)
+    made = build(rows, args.per_kind, args.seed, tuple(args.kind) or KINDS)
     with args.out.open("w") as f:
         for row in made:
             f.write(json.dumps(row, ensure_ascii=False) + "\n")

@@ -364,7 +364,10 @@ def run_check(args: argparse.Namespace) -> int:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text + "\n")
     if args.record:
-        add_evaluation(Path(args.model), args.record, summary)
+        # the manifest keeps the figures; the per-judgment verdicts stay in --out
+        add_evaluation(
+            Path(args.model), args.record, {k: v for k, v in summary.items() if k != "verdicts"}
+        )
     return 0
 
 

@@ -33,10 +33,14 @@ class CheckResult:
     parsed: int
     correct: int
     consistent_pairs: int  # right in both orders
+    correct_by_order: dict[str, int]  # right verdicts with the chosen response shown first, second
     first_position_picks: int
     parse_errors: dict[str, int]
     skipped_too_long: int
     config: dict[str, object]
+    # every judgment: the pair's id, where the chosen response was shown, the verdict read (None
+    # when malformed) and why not
+    verdicts: list[dict[str, object]]
 
     @property
     def parse_rate(self) -> float:
@@ -54,6 +58,10 @@ class CheckResult:
             "accuracy": round(self.accuracy, 4),
             "accuracy_of_parsed": round(self.correct / self.parsed, 4) if self.parsed else None,
             "consistency": round(self.consistent_pairs / self.pairs, 4) if self.pairs else 0.0,
+            "accuracy_by_order": {
+                k: round(v / self.pairs, 4) if self.pairs else 0.0
+                for k, v in self.correct_by_order.items()
+            },
         }
 
 
@@ -96,8 +104,16 @@ async def check(engine: Engine, pairs: Sequence[Pair], config: CheckConfig) -> C
         parsed=sum(v is not None for _, _, v, _ in results),
         correct=len(right),
         consistent_pairs=sum((i, 1) in right and (i, 2) in right for i in range(len(fitting))),
+        correct_by_order={
+            "chosen_first": sum(at == 1 for _, at in right),
+            "chosen_second": sum(at == 2 for _, at in right),
+        },
         first_position_picks=sum(v == 1 for _, _, v, _ in results),
         parse_errors=dict(Counter(e for _, _, _, e in results if e is not None)),
         skipped_too_long=skipped,
         config=asdict(config),
+        verdicts=[
+            {"id": fitting[i].id, "chosen_at": at, "verdict": v, "parse_error": e}
+            for i, at, v, e in results
+        ],
     )
