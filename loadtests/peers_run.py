@@ -51,8 +51,7 @@ if __package__ in (None, ""):  # run as a script: make the repo importable
 from loadtests.cohort_run import PROMPTS as COHORT_PROMPTS
 from loadtests.cohort_run import chat_prompt
 from loadtests.harness.metrics import by_label, parse_metrics
-from loadtests.harness.ports import HOST, free_ports
-from loadtests.harness.process import RunError, Service, launch, stop_process, wait_ready
+from loadtests.harness.process import RunError, peer_set
 from loadtests.summary import latency_summary
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -262,16 +261,6 @@ def replica_settings(args: argparse.Namespace, urls: Sequence[str], me: str) -> 
         "REFLECTRM_PEERS": ",".join(urls),
         "REFLECTRM_PEER_URL": me,
     }
-
-
-def launch_replica(log: Path, settings: dict[str, str], port: int) -> Service:
-    """``reflectrm serve`` on ``port`` (chosen beforehand: the peers' list names it), as
-    ``harness.process.launch_service`` starts one."""
-    settings = {**settings, "REFLECTRM_HOST": HOST, "REFLECTRM_PORT": str(port)}
-    script = Path(sys.executable).with_name("reflectrm")
-    command = [str(script)] if script.is_file() else [sys.executable, "-m", "reflectrm.cli"]
-    proc = launch([*command, "serve"], log, env={**os.environ, **settings})
-    return Service(proc=proc, url=f"http://{HOST}:{port}", log=log, settings=settings)
 
 
 async def scrape(http: httpx.AsyncClient, url: str) -> dict[str, float]:
@@ -512,31 +501,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         "command": " ".join(["python -m loadtests.peers_run", *(argv or sys.argv[1:])]),
         "machine": {"cpus": os.cpu_count(), "load_average_at_start": os.getloadavg()},
     }
-    ports = free_ports(2)
-    urls = [f"http://{HOST}:{port}" for port in ports]
-    services: list[Service] = []
     try:
-        for i, (url, port) in enumerate(zip(urls, ports, strict=True)):
-            log = args.out / f"service-{i}.log"
-            services.append(launch_replica(log, replica_settings(args, urls, url), port))
-            print(f"starting replica {i} at {url} (pid {services[-1].proc.pid}, log: {log})")
-        started = time.monotonic()
-        for i, service in enumerate(services):
-            wait_ready(service.url, args.ready_timeout, service, what=f"replica {i}")
-        report["ready_after_s"] = round(time.monotonic() - started, 1)
-        print(f"both ready after {report['ready_after_s']} s", flush=True)
-        report.update(asyncio.run(measure(urls, args)))
+        with peer_set(
+            2,
+            args.out,
+            lambda urls, me: replica_settings(args, urls, me),
+            args.ready_timeout,
+            report,
+        ) as services:
+            report.update(asyncio.run(measure([s.url for s in services], args)))
     except RunError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    finally:
-        report["replica_exit"] = {}
-        for service in services:
-            stop_process(service.proc)
-            report["replica_exit"][service.url] = {
-                "pid": service.proc.pid,
-                "exit_code": service.proc.returncode,
-            }
     (args.out / "peers_run.json").write_text(json.dumps(report, indent=2) + "\n")
     (args.out / "peers_run.md").write_text(markdown(report))
     print(markdown(report))

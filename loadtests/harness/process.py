@@ -1,7 +1,8 @@
 """Starting a process in its own session and stopping it with its whole process group, for the
 load scripts and the tests: ``launch`` (any command, its output in a log), ``launch_service``
 (``reflectrm serve`` on a free loopback port), ``served`` (the service a run measures: one
-given by URL, or one started, waited for and always stopped), ``wait_ready`` (GET /ready, or
+given by URL, or one started, waited for and always stopped), ``peer_set`` (replicas that know
+each other, started, waited for and always stopped), ``wait_ready`` (GET /ready, or
 /health, until it answers), ``wait_for`` (a condition, polled), ``stop_process`` (SIGINT,
 SIGTERM, then SIGKILL to the child's group, so that no engine process is left behind) and
 ``kill_group`` (SIGKILL to the group at once, as a machine failure would)."""
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from loadtests.harness.ports import HOST, free_port
+from loadtests.harness.ports import HOST, free_port, free_ports
 
 
 class RunError(Exception):
@@ -157,10 +158,11 @@ class Service:
     settings: dict[str, str]
 
 
-def launch_service(log: Path, settings: dict[str, str]) -> Service:
-    """``reflectrm serve`` with these REFLECTRM_* settings over the environment's, on a free
-    loopback port, in its own session, its output in ``log``. Stop it with ``stop_process``."""
-    port = free_port()
+def launch_service(log: Path, settings: dict[str, str], port: int | None = None) -> Service:
+    """``reflectrm serve`` with these REFLECTRM_* settings over the environment's, on ``port``
+    (default a free loopback port), in its own session, its output in ``log``. Stop it with
+    ``stop_process``."""
+    port = port or free_port()
     settings = {**settings, "REFLECTRM_HOST": HOST, "REFLECTRM_PORT": str(port)}
     script = Path(sys.executable).with_name("reflectrm")
     command = [str(script)] if script.is_file() else [sys.executable, "-m", "reflectrm.cli"]
@@ -201,6 +203,44 @@ def served(
             print("stopping the service ...", flush=True)
             (stop or stop_process)(service.proc)
             record["service_exit_code"] = service.proc.returncode
+
+
+@contextlib.contextmanager
+def peer_set(
+    count: int,
+    log_dir: Path,
+    settings: Callable[[Sequence[str], str], dict[str, str]],
+    ready_timeout_s: float,
+    record: dict[str, Any] | None = None,
+) -> Iterator[list[Service]]:
+    """``count`` replicas of ``reflectrm serve`` that know each other: their ports are chosen
+    first, so that ``settings(urls, own_url)`` can name the whole set (REFLECTRM_PEERS). Each is
+    started (output in ``log_dir/service-<i>.log``), all are waited for, and all are stopped on
+    leaving whatever happens. ``record`` gets ``ready_after_s`` and ``replica_exit`` (each
+    replica's pid and exit code)."""
+    record = {} if record is None else record
+    ports = free_ports(count)
+    urls = [f"http://{HOST}:{port}" for port in ports]
+    services: list[Service] = []
+    try:
+        for i, (url, port) in enumerate(zip(urls, ports, strict=True)):
+            log = log_dir / f"service-{i}.log"
+            services.append(launch_service(log, settings(urls, url), port))
+            print(f"starting replica {i} at {url} (pid {services[-1].proc.pid}, log: {log})")
+        started = time.monotonic()
+        for i, service in enumerate(services):
+            wait_ready(service.url, ready_timeout_s, service, what=f"replica {i}")
+        record["ready_after_s"] = round(time.monotonic() - started, 1)
+        print(f"{count} replicas ready after {record['ready_after_s']} s", flush=True)
+        yield services
+    finally:
+        record["replica_exit"] = {}
+        for service in services:
+            stop_process(service.proc)
+            record["replica_exit"][service.url] = {
+                "pid": service.proc.pid,
+                "exit_code": service.proc.returncode,
+            }
 
 
 def wait_ready(

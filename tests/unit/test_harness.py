@@ -254,3 +254,38 @@ def test_served_starts_waits_for_and_always_stops_the_service(tmp_path, monkeypa
         assert set(given) == {"ready_after_s"}
     finally:
         stop_process(proc)
+
+
+def test_a_peer_set_names_the_whole_set_to_each_replica_and_always_stops_all(tmp_path, monkeypatch):
+    from loadtests.harness import process
+
+    started: list[Service] = []
+
+    def launch_stand_in(log: Path, settings: dict[str, str], port: int | None = None) -> Service:
+        env = {**os.environ, **settings, "REFLECTRM_PORT": str(port)}
+        proc = launch([sys.executable, "-c", READY], log, env=env)
+        started.append(Service(proc, f"http://127.0.0.1:{port}", log, settings))
+        return started[-1]
+
+    monkeypatch.setattr(process, "launch_service", launch_stand_in)
+    record: dict = {}
+    seen: list[bool] = []
+
+    def failing_run() -> None:
+        with process.peer_set(
+            3, tmp_path, lambda urls, me: {"PEERS": ",".join(urls), "ME": me}, 30, record
+        ) as services:
+            seen.extend(s.proc.poll() is None for s in services)
+            raise RuntimeError("the run failed")
+
+    with pytest.raises(RuntimeError, match="the run failed"):
+        failing_run()
+    urls = [s.url for s in started]
+    assert len(set(urls)) == 3
+    assert seen == [True] * 3
+    assert [s.settings for s in started] == [{"PEERS": ",".join(urls), "ME": u} for u in urls]
+    assert all(s.proc.poll() is not None for s in started)
+    assert record["replica_exit"] == {
+        s.url: {"pid": s.proc.pid, "exit_code": s.proc.returncode} for s in started
+    }
+    assert [s.log.name for s in started] == ["service-0.log", "service-1.log", "service-2.log"]
