@@ -11,6 +11,10 @@ records its held-out run under ``heldout``; those fields are read when ``figures
 A figure no manifest records is printed as "not measured".
 
     .venv/bin/python -m scripts.judges_table > docs/judges.md
+    .venv/bin/python -m scripts.judges_table --readme   # the README's sentence on the default
+
+The README's figures on the default judge sit between its ``default-judge-figures`` markers,
+rendered by ``readme_figures`` from the same manifest.
 """
 
 from __future__ import annotations
@@ -132,5 +136,47 @@ def render(artifacts: Path = ARTIFACTS) -> str:
     return "\n".join(lines) + "\n"
 
 
+README = ROOT / "README.md"
+README_START = "<!-- default-judge-figures: start -->"
+README_END = "<!-- default-judge-figures: end -->"
+
+
+def readme_figures(artifacts: Path = ARTIFACTS) -> str:
+    """What the default judge does and does not, in the README's words, with its manifest's
+    figures (rounded to one decimal) and the records they come from."""
+    manifest = json.loads((artifacts / "judge-qwen05b-margin" / "manifest.json").read_text())
+    f = {
+        k: figure(manifest, k) or {}
+        for k in ("trap", "correctness", "heldout", "length_balanced", "ties")
+    }
+
+    def pct(key: str) -> str:
+        return f"{f[key]['value']:.1f}%"
+
+    records = sorted({str(v["record"]) for v in f.values() if v.get("record")})
+    links = ", ".join(f"[{Path(r).name}]({r.rstrip('/')})" for r in records)
+    return (
+        f"What the default judge does: on the project's non-answer trap it pays the helpful answer "
+        f"more in {pct('trap')} of pairs, and it leaves {pct('ties')} of pairs without a winner; "
+        f"what it does not: it picks the right of two same-length answers in "
+        f"{pct('correctness')} of the correctness set only, and on held-out general chat "
+        f"({pct('heldout')}) it mostly follows length ({pct('length_balanced')} "
+        f"length-balanced): it keeps a policy from being paid for refusing or evading, it does "
+        f"not teach it quality (records: {links}).\n"
+    )
+
+
+def write_readme(readme: Path = README) -> None:
+    text = readme.read_text()
+    head, rest = text.split(README_START, 1)
+    _, tail = rest.split(README_END, 1)
+    readme.write_text(f"{head}{README_START}\n{readme_figures()}{README_END}{tail}")
+
+
 if __name__ == "__main__":
-    print(render(), end="")
+    import sys
+
+    if "--readme" in sys.argv:
+        write_readme()
+    else:
+        print(render(), end="")

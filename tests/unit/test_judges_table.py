@@ -68,3 +68,15 @@ def test_the_held_out_block_of_an_older_manifest_is_read(tmp_path: Path) -> None
     cells = [c.strip() for c in render(tmp_path).strip().splitlines()[-1].strip("|").split("|")]
     assert cells[2] == "60.6% [57.8, 63.5] ([record](records/h))"
     assert cells[6] == "52.7% ([record](records/h))"
+
+
+def test_the_readmes_figures_on_the_default_judge_are_its_manifests() -> None:
+    from scripts.judges_table import README, README_END, README_START, readme_figures
+
+    inside = README.read_text().split(README_START, 1)[1].split(README_END, 1)[0]
+    assert inside.strip() == readme_figures().strip(), (
+        "README.md is stale: .venv/bin/python -m scripts.judges_table --readme"
+    )
+    # hand-checked against the manifest: trap 98.33 -> 98.3%, held-out 55.95 -> 56.0%
+    assert "98.3% of pairs" in inside
+    assert "(56.0%)" in inside
