@@ -122,7 +122,12 @@ def _add_overrides(p: Any, help_text: str) -> None:
 def _add_grpo(commands: Any) -> None:
     p = commands.add_parser("grpo", help="GRPO training, then export a servable checkpoint")
     p.add_argument("--data", required=True, type=Path, help="train.jsonl written by build-data")
-    p.add_argument("--config", type=Path, help="YAML settings (default: the paper's values)")
+    p.add_argument(
+        "--config",
+        type=Path,
+        help="YAML settings, or the name of a bundled file: 'default' (the paper's values, "
+        "the default) or 'small' (a small judge in an hour of CPU; docs/training.md)",
+    )
     _add_overrides(p, "override one setting, e.g. --set lora=true (repeatable)")
     p.set_defaults(func=run_grpo)
 

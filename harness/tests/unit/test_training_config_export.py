@@ -30,6 +30,23 @@ def test_default_config_holds_the_papers_values() -> None:
     assert not cfg.wants_vllm(gpu=False)
 
 
+def test_the_small_settings_file_is_found_by_name_and_runs_on_either_machine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    small = load_settings(Path("small"))
+    assert (small.template_version, small.lora, small.prompts_per_batch) == ("v3", True, 2)
+    assert (small.max_completion_length, small.kl_beta, small.max_steps) == (96, 0.0, 300)
+    assert small.accumulation_steps() == 2  # 2 prompts x 8 completions in passes of 8
+    # auto: vLLM's colocated rollouts on a GPU, transformers generate on the CPU
+    assert small.wants_vllm(gpu=True)
+    assert not small.wants_vllm(gpu=False)
+    assert load_settings(Path("default")) == load_settings()
+    # a file of that name in the working folder is the file, not the bundled one
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "small").write_text("group_size: 4\nmicro_batch: 4\n")
+    assert load_settings(Path("small")).group_size == 4
+
+
 def test_overrides_keep_their_types_and_unknown_keys_fail(tmp_path: Path) -> None:
     overrides = parse_overrides(
         ["lora=true", "max_steps=2", "learning_rate=1e-5", "seed=3"], GRPOSettings

@@ -64,7 +64,12 @@ class GRPOSettings:
 def load_settings(
     path: Path | None = None, overrides: dict[str, Any] | None = None
 ) -> GRPOSettings:
-    """Settings from a YAML file (default: the paper's), then explicit overrides."""
+    """Settings from a YAML file (default: the paper's), then explicit overrides. A path that
+    is not a file but names a bundled settings file (``small`` for grpo_small.yaml, ``default``
+    for the paper's) is that file, so one command runs on a checkout and in the training image."""
     path = path or DEFAULT_CONFIG
+    if not path.is_file() and path.parent == Path():
+        bundled = DEFAULT_CONFIG.with_name(f"grpo_{path.name}.yaml")
+        path = bundled if bundled.is_file() else path
     raw = yaml.safe_load(path.read_text()) or {}
     return make_settings(GRPOSettings, {**raw, **(overrides or {})}, str(path))
