@@ -35,7 +35,7 @@ def test_the_small_settings_file_is_found_by_name_and_runs_on_either_machine(
 ) -> None:
     small = load_settings(Path("small"))
     assert (small.template_version, small.lora, small.prompts_per_batch) == ("v3", True, 2)
-    assert (small.max_completion_length, small.kl_beta, small.max_steps) == (96, 0.0, 300)
+    assert (small.max_completion_length, small.kl_beta, small.max_steps) == (64, 0.0, 150)
     assert small.accumulation_steps() == 2  # 2 prompts x 8 completions in passes of 8
     # auto: vLLM's colocated rollouts on a GPU, transformers generate on the CPU
     assert small.wants_vllm(gpu=True)
