@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import random
 import re
 from collections.abc import Mapping, Sequence
@@ -22,8 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from reflectrm.checkpoints.files import file_sha256
 from reflectrm_harness.datasets import Pair
-from reflectrm_harness.training.judge.split import prompt_key
+from reflectrm_harness.training.judge.split import prompt_draw, role_by_draw
 from reflectrm_harness.training.judge.states import Item, both_orders, interleave, read_file_pairs
 
 LICENCES = {
@@ -62,22 +62,10 @@ class PoolConfig:
     bench_per_group: int = 80
 
 
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def role_of(pair: Pair, config: PoolConfig) -> str:
-    digest = hashlib.sha256(f"judge-split:{config.seed}:{prompt_key(pair)}".encode()).digest()
-    u = int.from_bytes(digest[:8], "big") / 2**64
-    if u < config.heldout_fraction:
-        return "heldout"
-    if u < config.heldout_fraction + config.dev_fraction:
-        return "dev"
-    return "train"
+    """The split rule (``split.role_by_draw``) with the pool's seed and fixed shares."""
+    shares = [("heldout", config.heldout_fraction), ("dev", config.dev_fraction)]
+    return role_by_draw(prompt_draw(pair, f"judge-split:{config.seed}"), shares)
 
 
 _SPACE = re.compile(r"\s+")

@@ -70,7 +70,7 @@ from reflectrm_harness.training.judge.model import (
     save_atomically,
     use_threads,
 )
-from reflectrm_harness.training.judge.split import prompt_key
+from reflectrm_harness.training.judge.split import prompt_draw, role_by_draw
 
 STATES_DIR = "states"
 PLAN_FILE = "verdict-plan.json"
@@ -113,9 +113,10 @@ class VerdictConfig:
 
 
 def is_dev(pair: Pair, config: VerdictConfig) -> bool:
-    """Whether a pair's prompt is one of the development prompts (a seeded hash of it)."""
-    digest = hashlib.sha256(f"dev:{config.seed}:{prompt_key(pair)}".encode()).hexdigest()
-    return int(digest[:8], 16) < config.dev_fraction * 0x100000000
+    """Whether a pair's prompt is one of the development prompts (the split rule, on a 32-bit
+    draw)."""
+    draw = prompt_draw(pair, f"dev:{config.seed}", bits=32)
+    return role_by_draw(draw, [("dev", config.dev_fraction)]) == "dev"
 
 
 def verdict_plan(
