@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from reflectrm_harness.evaluation.length import length_balanced
-from reflectrm_harness.training.judge.readout import fit_logistic, length_weights
+from reflectrm_harness.training.judge.model import fit_logistic
+from reflectrm_harness.training.judge.readout import length_weights, shares
 from reflectrm_harness.training.judge.states import load_plan, load_states
 
 LAYER_FILE = "verdict-layer.safetensors"
@@ -179,7 +180,7 @@ def fit_probe(pos: Any, others: Any, penalty: float) -> tuple[Any, float]:
     x1 = np.concatenate([x, np.ones((len(x), 1))], axis=1)
     y = np.concatenate([np.ones(len(pos)), -np.ones(len(others))])
     w = np.where(y > 0, 0.5 / len(pos), 0.5 / len(others))
-    coef = fit_logistic(x1, y, w, penalty)
+    coef, _ = fit_logistic(x1, y, penalty, weights=shares(w))
     return coef[:-1], float(coef[-1])
 
 
@@ -275,7 +276,8 @@ def fit_layer(states: Path, model_path: Path, config: LayerConfig) -> dict[str, 
     best = None
     for use_offset in config.offsets:
         for pen in config.penalties:
-            coef = fit_logistic(x[idx], y[idx], wts, pen, own[idx] if use_offset else None)
+            offset = own[idx] if use_offset else None
+            coef, _ = fit_logistic(x[idx], y[idx], pen, weights=shares(wts), offset=offset)
             w1, w2 = coef[: bb.hidden], coef[bb.hidden :]
             for kappa in config.kappas:
                 margin = served(items, bb, w1, w2, kappa, bf16=True)
@@ -315,9 +317,8 @@ def fit_layer(states: Path, model_path: Path, config: LayerConfig) -> dict[str, 
         )
         idx = np.flatnonzero(both.numpy())
         wts = np.asarray(length_weights([keys[i] for i in idx], longer, sw)) / 2
-        coef = fit_logistic(
-            x[idx], y[idx], wts, row["penalty"], own[idx] if row["offset"] else None
-        )
+        offset = own[idx] if row["offset"] else None
+        coef, _ = fit_logistic(x[idx], y[idx], row["penalty"], weights=shares(wts), offset=offset)
         w1, w2 = coef[: bb.hidden], coef[bb.hidden :]
         report["refit"] = {
             "items": int(both.sum()),

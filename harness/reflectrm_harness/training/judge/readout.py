@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from reflectrm_harness.evaluation.length import length_balanced
+from reflectrm_harness.training.judge.model import fit_logistic
 from reflectrm_harness.training.judge.states import load_plan, load_states
 
 
@@ -69,27 +70,12 @@ def length_weights(
     return out
 
 
-def fit_logistic(x: Any, y: Any, weights: Any, penalty: float, offset: Any = None) -> Any:
-    """Weighted L2-penalised logistic regression without intercept (LBFGS, float64)."""
-    import torch
+def shares(weights: Any) -> Any:
+    """Weights as shares of the loss (summing to one), as ``model.fit_logistic`` takes them."""
+    import numpy as np
 
-    xs = torch.as_tensor(x, dtype=torch.float64)
-    ys = torch.as_tensor(y, dtype=torch.float64)
-    ws = torch.as_tensor(weights, dtype=torch.float64)
-    ws = ws / ws.sum()
-    off = torch.zeros_like(ys) if offset is None else torch.as_tensor(offset, dtype=torch.float64)
-    w = torch.zeros(xs.shape[1], dtype=torch.float64, requires_grad=True)
-    opt = torch.optim.LBFGS([w], max_iter=500, tolerance_grad=1e-9, line_search_fn="strong_wolfe")
-
-    def closure() -> Any:
-        opt.zero_grad()
-        z = xs @ w + off
-        loss = (ws * torch.nn.functional.softplus(-ys * z)).sum() + penalty * (w * w).sum()
-        loss.backward()
-        return loss
-
-    opt.step(closure)
-    return w.detach().numpy()
+    w = np.asarray(weights, dtype=np.float64)
+    return w / w.sum()
 
 
 def readouts(
@@ -131,7 +117,7 @@ def readouts(
             by_penalty = {}
             dev = [k for k in feats if role[k] == "dev"]
             for pen in penalties:
-                w = fit_logistic(x, signs, wts, pen)
+                w, _ = fit_logistic(x, signs, pen, weights=shares(wts))
                 scores = {k: float((feats[k]["chosen"] - feats[k]["rejected"]) @ w) for k in feats}
                 res: dict[str, Any] = {}
                 groups: dict[str, list[tuple[str, str]]] = defaultdict(list)

@@ -64,6 +64,7 @@ from reflectrm_harness.training.judge.items import (
     tokenize_targets,
 )
 from reflectrm_harness.training.judge.model import (
+    fit_logistic,
     load_model,
     merge_run,
     resolve_precision,
@@ -469,28 +470,6 @@ def end_marker_ids(tokenizer: Any) -> dict[int, list[int]]:
     return out
 
 
-def _fit_logistic(x: Any, y: Any, penalty: float, weight: Any = None, bias: bool = False) -> Any:
-    """L2-penalised logistic regression (LBFGS, float64): the weights (and bias)."""
-    import torch
-
-    x, y = x.double(), y.double()
-    w = torch.zeros(x.shape[1], dtype=torch.float64, requires_grad=True)
-    b = torch.zeros(1, dtype=torch.float64, requires_grad=bias)
-    opt = torch.optim.LBFGS(
-        [w, b] if bias else [w], lr=1, max_iter=200 if bias else 300, line_search_fn="strong_wolfe"
-    )
-
-    def closure() -> Any:
-        opt.zero_grad()
-        loss = torch.nn.functional.binary_cross_entropy_with_logits(x @ w + b, y, weight=weight)
-        loss = loss + penalty * (w @ w)
-        loss.backward()
-        return loss
-
-    opt.step(closure)
-    return w.detach().float()
-
-
 def build_verdict(
     layer: VerdictLayer,
     finals: Sequence[Any],
@@ -520,16 +499,22 @@ def build_verdict(
         negatives.append(layer.normed(f[idx]))
     neg = torch.cat(negatives)
 
+    def fit(x: Any, y: Any, penalty: float, **kw: Any) -> Any:
+        # LBFGS's default stopping, 300 steps (200 with a bias, which is fitted and dropped)
+        steps = 200 if kw.get("bias") else 300
+        w, _ = fit_logistic(x, y, penalty, max_iter=steps, tolerance_grad=1e-7, **kw)
+        return torch.from_numpy(w).float()
+
     def probe(pos: Any, others: Any) -> Any:
         x = torch.cat([pos, others])
         y = torch.cat([torch.ones(len(pos)), torch.zeros(len(others))])
-        weight = torch.where(y > 0, len(others) / len(pos), 1.0).double()
-        return _fit_logistic(x, y, config.probe_penalty, weight, bias=True)
+        weight = torch.where(y > 0, len(others) / len(pos), 1.0).double() / len(y)
+        return fit(x, y, config.probe_penalty, weights=weight, bias=True)
 
     probe_1 = probe(n1[train], torch.cat([neg, n2[train]]))
     probe_2 = probe(n2[train], torch.cat([neg, n1[train]]))
     label = torch.tensor([1.0 if it["label"] == 1 else 0.0 for it in items])
-    readout = _fit_logistic((n1 - n2)[train], label[train], config.readout_penalty)
+    readout = fit((n1 - n2)[train], label[train], config.readout_penalty)
     mean_decision = nd[train].mean(0)
     model = layer.model
     one, two = digit_ids(tokenizer)
