@@ -277,7 +277,7 @@ def run_states(args: Any) -> int:
         PLAN,
         StatesConfig,
         load_plan,
-        run_pass,
+        read_states,
         save_plan,
     )
 
@@ -315,7 +315,7 @@ def run_states(args: Any) -> int:
         for p, _r in bench_pairs(args.benchmark, group):
             named[f"{group}/{p.id}"] = p
     k, n = (int(x) for x in args.worker.split("/"))
-    print(run_pass(items, named, args.model, args.out, states, worker=(k, n)))
+    print(read_states(items, named, args.model, args.out, states, worker=(k, n)))
     return 0
 
 
