@@ -450,11 +450,11 @@ def write_artifact(
         },
         "command": command,
     }
-    (out / ARTIFACT_MANIFEST).write_text(json.dumps(manifest, indent=1, default=_plain) + "\n")
+    (out / ARTIFACT_MANIFEST).write_text(json.dumps(manifest, indent=1, default=plain) + "\n")
     return out
 
 
-def _plain(x: Any) -> Any:
+def plain(x: Any) -> Any:
     import numpy as np
 
     if isinstance(x, np.generic):
@@ -462,46 +462,3 @@ def _plain(x: Any) -> Any:
     if isinstance(x, np.ndarray):
         return x.tolist()
     raise TypeError(type(x))
-
-
-def add_parser(commands: Any) -> None:
-    p = commands.add_parser(
-        "marker-layer",
-        help="fit the verdict layer on a states pass and write the judge artifact "
-        "(the layer and its manifest); `REFLECTRM_MODEL=OUT` serves it",
-    )
-    p.add_argument("--states", type=Path, required=True)
-    p.add_argument("--model", type=Path, required=True, help="the backbone the pass read")
-    p.add_argument("--out", type=Path, required=True, help="the artifact folder")
-    p.add_argument("--name", required=True, help="the judge's name (its served folder's)")
-    p.add_argument("--source", action="append", help="fit on these sources only (repeat)")
-    p.add_argument("--report", type=Path, help="also write the fit's report (JSON)")
-    p.add_argument("--command", default="", help="the commands that made it, for the manifest")
-    p.add_argument(
-        "--refit-on-dev",
-        action="store_true",
-        help="ship readouts fitted again on training and development items, with the "
-        "grid point chosen on development items",
-    )
-    p.set_defaults(func=run)
-
-
-def run(args: Any) -> int:
-    config = LayerConfig(
-        sources=tuple(args.source) if args.source else None, refit_on_dev=args.refit_on_dev
-    )
-    report = fit_layer(args.states, args.model, config)
-    info = json.loads((args.states / "plan.json").read_text())["info"]
-    write_artifact(args.out, report, args.model, config, info, args.command, args.name)
-    if args.report:
-        body = {k: v for k, v in report.items() if k != "parts"}
-        args.report.parent.mkdir(parents=True, exist_ok=True)
-        args.report.write_text(json.dumps(body, indent=1, default=_plain) + "\n")
-    print(
-        json.dumps(
-            {"chosen": report["chosen"], "development": report["development"]},
-            indent=1,
-            default=_plain,
-        )
-    )
-    return 0

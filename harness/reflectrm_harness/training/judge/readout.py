@@ -11,12 +11,11 @@ it is shorter weigh the same, and each source weighs ``source_weights`` (default
 Scored by length-balanced accuracy (the mean of accuracy over pairs whose better response is
 longer and over pairs where it is shorter) with a bootstrap interval, the one implementation
 of ``reflectrm_harness.evaluation.length``, on the development split and on the benchmark samples.
-``python -m reflectrm_harness.training.judge.readout --states DIR [--states DIR2] --out FILE``.
+``reflectrm train readouts --states DIR [--states DIR2] --out FILE``.
 """
 
 from __future__ import annotations
 
-import json
 import random
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -140,33 +139,3 @@ def readouts(
             }
         report[folder.name] = model_report
     return report
-
-
-def add_parser(commands: Any) -> None:
-    p = commands.add_parser(
-        "readouts",
-        help="position-free frozen-feature readouts of one or more states passes, scored "
-        "length-balanced on the development split and the benchmark samples",
-    )
-    p.add_argument("--states", type=Path, action="append", required=True)
-    p.add_argument("--out", type=Path, required=True, help="the report (JSON)")
-    p.add_argument("--train-source", action="append", help="fit on these sources only")
-    p.set_defaults(func=run)
-
-
-def run(args: Any) -> int:
-    rep = readouts(args.states, train_sources=args.train_source)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(rep, indent=1) + "\n")
-    for model, r in rep.items():
-        for layer in ("top", "mid"):
-            if layer not in r:
-                continue
-            for pen, res in r[layer]["by_penalty"].items():
-                line = " ".join(
-                    f"{g}={v.get('length_balanced', float('nan')):.3f}({v['pairs']})"
-                    for g, v in res.items()
-                    if "/" not in g or g.startswith("bench")
-                )
-                print(model, layer, pen, line)
-    return 0
