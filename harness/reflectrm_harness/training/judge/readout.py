@@ -41,7 +41,7 @@ def pair_features(
         source, rest = name.split("/", 1)
         pid, order = rest.rsplit("/", 1)
         row = list(rec["positions"]).index("end1")
-        h = rec[layer][row].astype(np.float64)
+        h = np.asarray(rec[layer][row], dtype=np.float64)
         h = h / np.sqrt(np.mean(h * h) + 1e-6)
         halves[(source, pid)]["chosen" if order == "c1" else "rejected"] = h
     return {k: v for k, v in halves.items() if len(v) == 2}
