@@ -83,10 +83,6 @@ class StatesConfig:
 # --- what to read -----------------------------------------------------------------------------
 
 
-def pair_source(pair: Pair, path: Path) -> str:
-    return pair.benchmark or path.name.split(".")[0]
-
-
 def read_file_pairs(path: Path) -> list[tuple[Pair, dict[str, Any]]]:
     """Every pair of a shared-schema file with its raw row (subset, section, difficulty...)."""
     out = []
