@@ -1,9 +1,12 @@
 """``reflectrm train ...``: the commands of both recipes, the judge recipe's (``judge``,
-``verdict``, ``ship-judge``, ...: training/judge) and the paper's GRPO recipe's (``build-data``,
-``grpo``, ...: training/grpo).
+``verdict``, ``ship-judge``, ``states``, ``marker-layer``, ...: training/judge) and the paper's
+GRPO recipe's (``build-data``, ``grpo``, ...: training/grpo).
 
-Wire it into the main CLI with ``add_parser(subparsers)``; the parsed namespace carries
-``func``, which takes the namespace and returns an exit code. ``main(argv)`` runs it standalone
+Every command is registered here, one way: an ``_add_<command>`` that declares its arguments and
+a ``run_<command>`` (``_friendly``: a bad input is a one-line error) that calls the recipe's
+functions. Wire it into the main CLI with ``add_parser(subparsers)`` (the ``reflectrm.commands``
+entry point); the parsed namespace carries ``func``, which takes the namespace and returns an
+exit code. ``main(argv)`` runs it standalone
 (``python -m reflectrm_harness.training.cli ...``).
 """
 
@@ -48,18 +51,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     _add_verdict(commands)
     _add_ship(commands)
     _add_heldout(commands)
-    _add_marker_recipe(commands)
+    _add_states(commands)
+    _add_pool_split(commands)
+    _add_readouts(commands)
+    _add_marker_layer(commands)
     return train
-
-
-def _add_marker_recipe(commands: Any) -> None:
-    """The recipe of the served judge: a states pass, readouts, the marker layer, its split."""
-    from reflectrm_harness.training.judge import marker_layer, pool, readout
-
-    pool.add_states_parser(commands)
-    pool.add_split_parser(commands)
-    readout.add_parser(commands)
-    marker_layer.add_parser(commands)
 
 
 def _add_build(commands: Any) -> None:
@@ -161,8 +157,9 @@ def _add_check(commands: Any) -> None:
     p.set_defaults(func=run_check)
 
 
-def _add_pool(p: Any, split_help: str) -> None:
-    """``--data`` (the training pool's files, repeatable) and ``--split`` (its held-out split)."""
+def _add_data(p: Any, benchmarks: bool = False) -> None:
+    """``--data`` (the training pool's files, repeatable) and, with ``benchmarks``,
+    ``--benchmark`` (files whose prompts leave the pool and whose groups a states pass samples)."""
     p.add_argument(
         "--data",
         action="append",
@@ -170,6 +167,20 @@ def _add_pool(p: Any, split_help: str) -> None:
         type=Path,
         help="a shared-schema JSONL(.gz) file of the training pool (repeatable)",
     )
+    if benchmarks:
+        p.add_argument(
+            "--benchmark",
+            type=Path,
+            action="append",
+            default=[],
+            help="a benchmark file (repeat): its prompts are dropped from the pool, and "
+            "the states pass samples its groups",
+        )
+
+
+def _add_pool(p: Any, split_help: str) -> None:
+    """``--data`` and ``--split`` (the pool's held-out split file)."""
+    _add_data(p)
     p.add_argument(
         "--split",
         type=Path,
@@ -271,6 +282,75 @@ def _add_heldout(commands: Any) -> None:
     p = commands.add_parser("vs-length", help="an alias of `reflectrm eval vs-length`")
     vs_length.configure(p)
     p.set_defaults(func=run_vs_length)
+
+
+def _add_states(commands: Any) -> None:
+    p = commands.add_parser(
+        "states",
+        help="the judge recipe's states pass: a frozen backbone reads the pool's training and "
+        "development pairs and benchmark samples in both orders (resumable)",
+    )
+    _add_data(p, benchmarks=True)
+    p.add_argument("--model", required=True, help="the backbone's checkpoint folder")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--plan-from", type=Path, help="reuse another pass's plan")
+    p.add_argument("--limit-pairs", type=int, help="only the plan's first N pairs")
+    p.add_argument("--max-prompt-tokens", type=int, default=1024)
+    p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--worker", default="0/1", help="k/n: this process reads pairs k mod n")
+    p.set_defaults(func=run_states)
+
+
+def _add_pool_split(commands: Any) -> None:
+    p = commands.add_parser(
+        "pool-split",
+        help="write one role of the judge recipe's split (heldout, dev, train) as a pairs file "
+        "`reflectrm eval` reads",
+    )
+    _add_data(p, benchmarks=True)
+    p.add_argument("--role", choices=("heldout", "dev", "train"), default="heldout")
+    p.add_argument(
+        "--cap",
+        action="append",
+        default=[],
+        help="SOURCE=N: at most N pairs of a source (a seeded sample), repeatable",
+    )
+    p.add_argument("--out", type=Path, required=True)
+    p.set_defaults(func=run_pool_split)
+
+
+def _add_readouts(commands: Any) -> None:
+    p = commands.add_parser(
+        "readouts",
+        help="position-free frozen-feature readouts of one or more states passes, scored "
+        "length-balanced on the development split and the benchmark samples",
+    )
+    p.add_argument("--states", type=Path, action="append", required=True)
+    p.add_argument("--out", type=Path, required=True, help="the report (JSON)")
+    p.add_argument("--train-source", action="append", help="fit on these sources only")
+    p.set_defaults(func=run_readouts)
+
+
+def _add_marker_layer(commands: Any) -> None:
+    p = commands.add_parser(
+        "marker-layer",
+        help="fit the verdict layer on a states pass and write the judge artifact "
+        "(the layer and its manifest); `REFLECTRM_MODEL=OUT` serves it",
+    )
+    p.add_argument("--states", type=Path, required=True)
+    p.add_argument("--model", type=Path, required=True, help="the backbone the pass read")
+    p.add_argument("--out", type=Path, required=True, help="the artifact folder")
+    p.add_argument("--name", required=True, help="the judge's name (its served folder's)")
+    p.add_argument("--source", action="append", help="fit on these sources only (repeat)")
+    p.add_argument("--report", type=Path, help="also write the fit's report (JSON)")
+    p.add_argument("--command", default="", help="the commands that made it, for the manifest")
+    p.add_argument(
+        "--refit-on-dev",
+        action="store_true",
+        help="ship readouts fitted again on training and development items, with the "
+        "grid point chosen on development items",
+    )
+    p.set_defaults(func=run_marker_layer)
 
 
 Command = Callable[[argparse.Namespace], int]
@@ -462,6 +542,90 @@ def run_heldout(args: argparse.Namespace) -> int:
 
     n = export_heldout(read_split(args.split), read_sources(args.data), args.out)
     print(f"{n} held-out pairs written to {args.out}")
+    return 0
+
+
+@_friendly
+def run_states(args: argparse.Namespace) -> int:
+    from reflectrm_harness.training.judge.pool import states_pass
+    from reflectrm_harness.training.judge.states import StatesConfig
+
+    config = StatesConfig(max_prompt_tokens=args.max_prompt_tokens, threads=args.threads)
+    k, n = (int(x) for x in args.worker.split("/"))
+    done = states_pass(
+        args.data,
+        args.benchmark,
+        args.model,
+        args.out,
+        config,
+        plan_from=args.plan_from,
+        limit_pairs=args.limit_pairs,
+        worker=(k, n),
+    )
+    print(done)
+    return 0
+
+
+@_friendly
+def run_pool_split(args: argparse.Namespace) -> int:
+    import gzip
+
+    from reflectrm_harness.training.judge.pool import PoolConfig, read_pool, role_rows
+
+    config = PoolConfig()
+    pool = read_pool(args.data, args.benchmark, config)
+    caps = {k: int(v) for k, v in (c.split("=", 1) for c in args.cap)}
+    rows = role_rows(pool, args.role, caps, config)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    opener = gzip.open if args.out.suffix == ".gz" else open
+    with opener(args.out, "wt") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    print(f"{len(rows)} {args.role} pairs written to {args.out}")
+    print(json.dumps(pool.sources, indent=1))
+    return 0
+
+
+@_friendly
+def run_readouts(args: argparse.Namespace) -> int:
+    from reflectrm_harness.training.judge.readout import readouts
+
+    rep = readouts(args.states, train_sources=args.train_source)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(rep, indent=1) + "\n")
+    for model, r in rep.items():
+        for layer in ("top", "mid"):
+            for pen, res in r.get(layer, {}).get("by_penalty", {}).items():
+                line = " ".join(
+                    f"{g}={v.get('length_balanced', float('nan')):.3f}({v['pairs']})"
+                    for g, v in res.items()
+                    if "/" not in g or g.startswith("bench")
+                )
+                print(model, layer, pen, line)
+    return 0
+
+
+@_friendly
+def run_marker_layer(args: argparse.Namespace) -> int:
+    from reflectrm_harness.training.judge.marker_layer import (
+        LayerConfig,
+        fit_layer,
+        plain,
+        write_artifact,
+    )
+    from reflectrm_harness.training.judge.states import PLAN
+
+    sources = tuple(args.source) if args.source else None
+    config = LayerConfig(sources=sources, refit_on_dev=args.refit_on_dev)
+    report = fit_layer(args.states, args.model, config)
+    info = json.loads((args.states / PLAN).read_text())["info"]
+    write_artifact(args.out, report, args.model, config, info, args.command, args.name)
+    if args.report:
+        body = {k: v for k, v in report.items() if k != "parts"}
+        args.report.parent.mkdir(parents=True, exist_ok=True)
+        args.report.write_text(json.dumps(body, indent=1, default=plain) + "\n")
+    chosen = {"chosen": report["chosen"], "development": report["development"]}
+    print(json.dumps(chosen, indent=1, default=plain))
     return 0
 
 

@@ -12,8 +12,9 @@ import torch
 from reflectrm.judging.types import Message
 from reflectrm_harness.datasets import Pair
 from reflectrm_harness.training.judge.marker_layer import fit_probe, unit_norm
+from reflectrm_harness.training.judge.model import fit_logistic
 from reflectrm_harness.training.judge.pool import PoolConfig, role_of
-from reflectrm_harness.training.judge.readout import fit_logistic, length_weights
+from reflectrm_harness.training.judge.readout import length_weights
 from reflectrm_harness.training.judge.states import both_orders, find_after, interleave
 
 
@@ -65,7 +66,7 @@ def test_length_weights_halve_each_sources_weight_between_its_strata() -> None:
 def test_the_logistic_fit_finds_the_penalised_optimum(penalty: float) -> None:
     # Two mirrored points: the loss is softplus(-w) + penalty * w^2, whose minimum satisfies
     # sigmoid(-w) = 2 * penalty * w (0.6749 for penalty 0.25).
-    (w,) = fit_logistic([[1.0], [-1.0]], [1.0, -1.0], [1.0, 1.0], penalty)
+    (w,), _ = fit_logistic([[1.0], [-1.0]], [1.0, -1.0], penalty, weights=[0.5, 0.5])
     assert 1 / (1 + math.exp(w)) == pytest.approx(2 * penalty * w, abs=1e-4)
     if penalty == 0.25:
         assert w == pytest.approx(0.6749, abs=1e-3)
@@ -73,8 +74,8 @@ def test_the_logistic_fit_finds_the_penalised_optimum(penalty: float) -> None:
 
 def test_the_logistic_fit_adds_the_offset_to_the_score() -> None:
     # An offset that already separates the points leaves less for the weight to do.
-    (plain,) = fit_logistic([[1.0], [-1.0]], [1.0, -1.0], [1.0, 1.0], 0.05)
-    (offset,) = fit_logistic([[1.0], [-1.0]], [1.0, -1.0], [1.0, 1.0], 0.05, [2.0, -2.0])
+    (plain,), _ = fit_logistic([[1.0], [-1.0]], [1.0, -1.0], 0.05)
+    (offset,), _ = fit_logistic([[1.0], [-1.0]], [1.0, -1.0], 0.05, offset=[2.0, -2.0])
     assert 0 < offset < plain
 
 

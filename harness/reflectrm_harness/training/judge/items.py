@@ -1,4 +1,4 @@
-"""The judge recipe's training items, shared by its steps (``sft``, ``verdict_layer``, ``probe``).
+"""The judge recipe's training items, shared by its steps (``sft``, ``verdict_layer``).
 
 An item is one judging prompt, rendered exactly as the service renders it (the versioned
 template, the same chat template, judged texts tokenized as plain text), followed by the target

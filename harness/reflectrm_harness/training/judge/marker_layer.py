@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from reflectrm_harness.evaluation.length import length_balanced
-from reflectrm_harness.training.judge.readout import fit_logistic, length_weights
+from reflectrm_harness.training.judge.model import fit_logistic
+from reflectrm_harness.training.judge.readout import length_weights, shares
 from reflectrm_harness.training.judge.states import load_plan, load_states
 
 LAYER_FILE = "verdict-layer.safetensors"
@@ -179,7 +180,7 @@ def fit_probe(pos: Any, others: Any, penalty: float) -> tuple[Any, float]:
     x1 = np.concatenate([x, np.ones((len(x), 1))], axis=1)
     y = np.concatenate([np.ones(len(pos)), -np.ones(len(others))])
     w = np.where(y > 0, 0.5 / len(pos), 0.5 / len(others))
-    coef = fit_logistic(x1, y, w, penalty)
+    coef, _ = fit_logistic(x1, y, penalty, weights=shares(w))
     return coef[:-1], float(coef[-1])
 
 
@@ -275,7 +276,8 @@ def fit_layer(states: Path, model_path: Path, config: LayerConfig) -> dict[str, 
     best = None
     for use_offset in config.offsets:
         for pen in config.penalties:
-            coef = fit_logistic(x[idx], y[idx], wts, pen, own[idx] if use_offset else None)
+            offset = own[idx] if use_offset else None
+            coef, _ = fit_logistic(x[idx], y[idx], pen, weights=shares(wts), offset=offset)
             w1, w2 = coef[: bb.hidden], coef[bb.hidden :]
             for kappa in config.kappas:
                 margin = served(items, bb, w1, w2, kappa, bf16=True)
@@ -315,9 +317,8 @@ def fit_layer(states: Path, model_path: Path, config: LayerConfig) -> dict[str, 
         )
         idx = np.flatnonzero(both.numpy())
         wts = np.asarray(length_weights([keys[i] for i in idx], longer, sw)) / 2
-        coef = fit_logistic(
-            x[idx], y[idx], wts, row["penalty"], own[idx] if row["offset"] else None
-        )
+        offset = own[idx] if row["offset"] else None
+        coef, _ = fit_logistic(x[idx], y[idx], row["penalty"], weights=shares(wts), offset=offset)
         w1, w2 = coef[: bb.hidden], coef[bb.hidden :]
         report["refit"] = {
             "items": int(both.sum()),
@@ -449,11 +450,11 @@ def write_artifact(
         },
         "command": command,
     }
-    (out / ARTIFACT_MANIFEST).write_text(json.dumps(manifest, indent=1, default=_plain) + "\n")
+    (out / ARTIFACT_MANIFEST).write_text(json.dumps(manifest, indent=1, default=plain) + "\n")
     return out
 
 
-def _plain(x: Any) -> Any:
+def plain(x: Any) -> Any:
     import numpy as np
 
     if isinstance(x, np.generic):
@@ -461,46 +462,3 @@ def _plain(x: Any) -> Any:
     if isinstance(x, np.ndarray):
         return x.tolist()
     raise TypeError(type(x))
-
-
-def add_parser(commands: Any) -> None:
-    p = commands.add_parser(
-        "marker-layer",
-        help="fit the verdict layer on a states pass and write the judge artifact "
-        "(the layer and its manifest); `REFLECTRM_MODEL=OUT` serves it",
-    )
-    p.add_argument("--states", type=Path, required=True)
-    p.add_argument("--model", type=Path, required=True, help="the backbone the pass read")
-    p.add_argument("--out", type=Path, required=True, help="the artifact folder")
-    p.add_argument("--name", required=True, help="the judge's name (its served folder's)")
-    p.add_argument("--source", action="append", help="fit on these sources only (repeat)")
-    p.add_argument("--report", type=Path, help="also write the fit's report (JSON)")
-    p.add_argument("--command", default="", help="the commands that made it, for the manifest")
-    p.add_argument(
-        "--refit-on-dev",
-        action="store_true",
-        help="ship readouts fitted again on training and development items, with the "
-        "grid point chosen on development items",
-    )
-    p.set_defaults(func=run)
-
-
-def run(args: Any) -> int:
-    config = LayerConfig(
-        sources=tuple(args.source) if args.source else None, refit_on_dev=args.refit_on_dev
-    )
-    report = fit_layer(args.states, args.model, config)
-    info = json.loads((args.states / "plan.json").read_text())["info"]
-    write_artifact(args.out, report, args.model, config, info, args.command, args.name)
-    if args.report:
-        body = {k: v for k, v in report.items() if k != "parts"}
-        args.report.parent.mkdir(parents=True, exist_ok=True)
-        args.report.write_text(json.dumps(body, indent=1, default=_plain) + "\n")
-    print(
-        json.dumps(
-            {"chosen": report["chosen"], "development": report["development"]},
-            indent=1,
-            default=_plain,
-        )
-    )
-    return 0

@@ -1,7 +1,8 @@
 """How the judge recipe's steps compute: the model the steps after ``sft`` read (the run's
 adapter merged onto the base as the service merges it, ``checkpoints.artifact.merge_adapter``,
-loaded in float32 for inference), the precision and threads of their passes, and their saves
-(whole or not at all, so that a stopped step resumes from its last one)."""
+loaded in float32 for inference), the precision and threads of their passes, their saves
+(whole or not at all, so that a stopped step resumes from its last one) and the one logistic
+fit of every probe and readout."""
 
 from __future__ import annotations
 
@@ -58,3 +59,48 @@ def merge_run(base_model: Path, run_dir: Path, out: Path) -> Path:
     """The run's adapter merged onto ``base_model`` into ``out`` (the served judge's merge)."""
     merge_adapter(base_model, run_dir / ADAPTER_DIR, out)
     return out
+
+
+def fit_logistic(
+    x: Any,
+    y: Any,
+    penalty: float,
+    *,
+    weights: Any = None,
+    offset: Any = None,
+    bias: bool = False,
+    max_iter: int = 500,
+    tolerance_grad: float = 1e-9,
+) -> tuple[Any, float]:
+    """L2-penalised logistic regression, LBFGS from zero in float64: a label above 0 is the
+    positive class; the loss is the sum of ``weights`` (default 1/n each: the mean) times each
+    item's log-loss, plus ``penalty`` |w|^2 (a ``bias`` is fitted unpenalised), ``offset`` added
+    to every score. Returns the weights (numpy, float64) and the bias (0.0 without one)."""
+    import torch
+
+    xs = torch.as_tensor(x, dtype=torch.float64)
+    ys = (torch.as_tensor(y, dtype=torch.float64) > 0).double()
+    n = len(ys)
+    ws = torch.full((n,), 1 / n, dtype=torch.float64) if weights is None else weights
+    ws = torch.as_tensor(ws, dtype=torch.float64)
+    off = torch.zeros(n, dtype=torch.float64) if offset is None else offset
+    off = torch.as_tensor(off, dtype=torch.float64)
+    w = torch.zeros(xs.shape[1], dtype=torch.float64, requires_grad=True)
+    b = torch.zeros(1, dtype=torch.float64, requires_grad=bias)
+    opt = torch.optim.LBFGS(
+        [w, b] if bias else [w],
+        max_iter=max_iter,
+        tolerance_grad=tolerance_grad,
+        line_search_fn="strong_wolfe",
+    )
+
+    def closure() -> Any:
+        opt.zero_grad()
+        z = xs @ w + b + off
+        losses = torch.nn.functional.binary_cross_entropy_with_logits(z, ys, reduction="none")
+        loss = (ws * losses).sum() + penalty * (w @ w)
+        loss.backward()
+        return loss
+
+    opt.step(closure)
+    return w.detach().numpy(), float(b.detach())

@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import random
 import re
 from collections.abc import Mapping, Sequence
@@ -22,9 +21,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from reflectrm.checkpoints.files import file_sha256
 from reflectrm_harness.datasets import Pair
-from reflectrm_harness.training.judge.split import prompt_key
-from reflectrm_harness.training.judge.states import Item, both_orders, interleave, read_file_pairs
+from reflectrm_harness.training.judge.split import prompt_draw, role_by_draw
+from reflectrm_harness.training.judge.states import (
+    Item,
+    StatesConfig,
+    both_orders,
+    interleave,
+    read_file_pairs,
+)
 
 LICENCES = {
     "helpsteer2_ratings_pairs": "CC-BY-4.0",
@@ -62,22 +68,10 @@ class PoolConfig:
     bench_per_group: int = 80
 
 
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def role_of(pair: Pair, config: PoolConfig) -> str:
-    digest = hashlib.sha256(f"judge-split:{config.seed}:{prompt_key(pair)}".encode()).digest()
-    u = int.from_bytes(digest[:8], "big") / 2**64
-    if u < config.heldout_fraction:
-        return "heldout"
-    if u < config.heldout_fraction + config.dev_fraction:
-        return "dev"
-    return "train"
+    """The split rule (``split.role_by_draw``) with the pool's seed and fixed shares."""
+    shares = [("heldout", config.heldout_fraction), ("dev", config.dev_fraction)]
+    return role_by_draw(prompt_draw(pair, f"judge-split:{config.seed}"), shares)
 
 
 _SPACE = re.compile(r"\s+")
@@ -195,89 +189,38 @@ def build_plan(
     return items, named
 
 
-def _pool_arguments(ap: Any) -> None:
-    ap.add_argument(
-        "--data",
-        type=Path,
-        action="append",
-        required=True,
-        help="a training-pool file (repeat): ../shared/data/train/*.jsonl.gz",
-    )
-    ap.add_argument(
-        "--benchmark",
-        type=Path,
-        action="append",
-        default=[],
-        help="a benchmark file (repeat): its prompts are dropped from the pool, and "
-        "the states pass samples its groups",
-    )
-
-
-def add_states_parser(commands: Any) -> None:
-    p = commands.add_parser(
-        "states",
-        help="the judge recipe's states pass: a frozen backbone reads the pool's training and "
-        "development pairs and benchmark samples in both orders (resumable)",
-    )
-    _pool_arguments(p)
-    p.add_argument("--model", required=True, help="the backbone's checkpoint folder")
-    p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--plan-from", type=Path, help="reuse another pass's plan")
-    p.add_argument("--limit-pairs", type=int, help="only the plan's first N pairs")
-    p.add_argument("--max-prompt-tokens", type=int, default=1024)
-    p.add_argument("--threads", type=int, default=0)
-    p.add_argument("--worker", default="0/1", help="k/n: this process reads pairs k mod n")
-    p.set_defaults(func=run_states)
-
-
-def add_split_parser(commands: Any) -> None:
-    p = commands.add_parser(
-        "pool-split",
-        help="write one role of the judge recipe's split (heldout, dev, train) as a pairs file "
-        "`reflectrm eval` reads",
-    )
-    _pool_arguments(p)
-    p.add_argument("--role", choices=("heldout", "dev", "train"), default="heldout")
-    p.add_argument(
-        "--cap",
-        action="append",
-        default=[],
-        help="SOURCE=N: at most N pairs of a source (a seeded sample), repeatable",
-    )
-    p.add_argument("--out", type=Path, required=True)
-    p.set_defaults(func=run_split)
-
-
-def run_split(args: Any) -> int:
-    import gzip
-    import json
-
+def role_rows(
+    pool: Pool, role: str, caps: Mapping[str, int], config: PoolConfig
+) -> list[dict[str, Any]]:
+    """The pairs of one role as shared-schema rows (``source`` naming their file), at most
+    ``caps[source]`` of a source (a seeded sample): what ``reflectrm train pool-split`` writes."""
     from reflectrm_harness.datasets import pair_to_row
 
-    config = PoolConfig()
-    pool = read_pool(args.data, args.benchmark, config)
-    caps = {k: int(v) for k, v in (c.split("=", 1) for c in args.cap)}
     rng = random.Random(config.seed)
     rows = []
     for source in sorted(pool.sources):
-        pairs = pool.of(source, args.role)
+        pairs = pool.of(source, role)
         if source in caps and len(pairs) > caps[source]:
             pairs = rng.sample(pairs, caps[source])
         for p in pairs:
-            row = pair_to_row(p)
-            row["source"] = source
-            rows.append(row)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    opener = gzip.open if args.out.suffix == ".gz" else open
-    with opener(args.out, "wt") as f:
-        for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
-    print(f"{len(rows)} {args.role} pairs written to {args.out}")
-    print(json.dumps(pool.sources, indent=1))
-    return 0
+            rows.append({**pair_to_row(p), "source": source})
+    return rows
 
 
-def run_states(args: Any) -> int:
+def states_pass(
+    data: Sequence[Path],
+    benchmarks: Sequence[Path],
+    model: str,
+    out: Path,
+    states: StatesConfig,
+    *,
+    plan_from: Path | None = None,
+    limit_pairs: int | None = None,
+    worker: tuple[int, int] = (0, 1),
+    progress_bar: bool = True,
+) -> dict[str, Any]:
+    """``reflectrm train states``: the pool's plan (made once, or another pass's), saved in
+    ``out``, then the states pass over it (``states.read_states``)."""
     import json
 
     from transformers import AutoTokenizer
@@ -287,21 +230,19 @@ def run_states(args: Any) -> int:
     from reflectrm_harness.training.judge.states import (
         LEAD,
         PLAN,
-        StatesConfig,
         load_plan,
-        run_pass,
+        read_states,
         save_plan,
     )
 
     config = PoolConfig()
-    states = StatesConfig(max_prompt_tokens=args.max_prompt_tokens, threads=args.threads)
-    pool = read_pool(args.data, args.benchmark, config)
-    if not (args.out / PLAN).exists():
-        if args.plan_from:
-            items = load_plan(args.plan_from)
-            info = json.loads((args.plan_from / PLAN).read_text())["info"]
+    pool = read_pool(data, benchmarks, config)
+    if not (out / PLAN).exists():
+        if plan_from:
+            items = load_plan(plan_from)
+            info = json.loads((plan_from / PLAN).read_text())["info"]
         else:
-            tok = AutoTokenizer.from_pretrained(args.model)
+            tok = AutoTokenizer.from_pretrained(model)
             renderer = ChatRenderer(tok)
             template = get_template(states.template_version)
             lead = len(tok.encode(LEAD, add_special_tokens=False))
@@ -310,7 +251,7 @@ def run_states(args: Any) -> int:
                 chat = preference_chat(template, p.conversation, p.chosen, p.rejected)
                 return len(renderer.render(chat).token_ids) + lead <= states.max_prompt_tokens
 
-            items, _ = build_plan(pool, args.benchmark, config, fits)
+            items, _ = build_plan(pool, benchmarks, config, fits)
             info = {
                 "pool": pool.sources,
                 "config": {
@@ -318,29 +259,13 @@ def run_states(args: Any) -> int:
                     for k, v in config.__dict__.items()
                 },
             }
-        if args.limit_pairs:
-            items = items[: 2 * args.limit_pairs]
-        save_plan(args.out, items, info)
-    items = load_plan(args.out)
+        if limit_pairs:
+            items = items[: 2 * limit_pairs]
+        save_plan(out, items, info)
     named = dict(pool.pairs)
     for group in BENCH_GROUPS:
-        for p, _r in bench_pairs(args.benchmark, group):
+        for p, _r in bench_pairs(benchmarks, group):
             named[f"{group}/{p.id}"] = p
-    k, n = (int(x) for x in args.worker.split("/"))
-    print(run_pass(items, named, args.model, args.out, states, worker=(k, n)))
-    return 0
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m reflectrm_harness.training.judge.pool`` = ``reflectrm train states``."""
-    import argparse
-
-    ap = argparse.ArgumentParser(prog="reflectrm train states")
-    commands = ap.add_subparsers(dest="c")
-    add_states_parser(commands)
-    args = ap.parse_args(["states", *(argv if argv is not None else __import__("sys").argv[1:])])
-    return int(args.func(args))
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    return read_states(
+        load_plan(out), named, model, out, states, worker=worker, progress_bar=progress_bar
+    )

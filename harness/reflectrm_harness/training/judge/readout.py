@@ -11,12 +11,11 @@ it is shorter weigh the same, and each source weighs ``source_weights`` (default
 Scored by length-balanced accuracy (the mean of accuracy over pairs whose better response is
 longer and over pairs where it is shorter) with a bootstrap interval, the one implementation
 of ``reflectrm_harness.evaluation.length``, on the development split and on the benchmark samples.
-``python -m reflectrm_harness.training.judge.readout --states DIR [--states DIR2] --out FILE``.
+``reflectrm train readouts --states DIR [--states DIR2] --out FILE``.
 """
 
 from __future__ import annotations
 
-import json
 import random
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from reflectrm_harness.evaluation.length import length_balanced
+from reflectrm_harness.training.judge.model import fit_logistic
 from reflectrm_harness.training.judge.states import load_plan, load_states
 
 
@@ -41,7 +41,7 @@ def pair_features(
         source, rest = name.split("/", 1)
         pid, order = rest.rsplit("/", 1)
         row = list(rec["positions"]).index("end1")
-        h = rec[layer][row].astype(np.float64)
+        h = np.asarray(rec[layer][row], dtype=np.float64)
         h = h / np.sqrt(np.mean(h * h) + 1e-6)
         halves[(source, pid)]["chosen" if order == "c1" else "rejected"] = h
     return {k: v for k, v in halves.items() if len(v) == 2}
@@ -69,27 +69,12 @@ def length_weights(
     return out
 
 
-def fit_logistic(x: Any, y: Any, weights: Any, penalty: float, offset: Any = None) -> Any:
-    """Weighted L2-penalised logistic regression without intercept (LBFGS, float64)."""
-    import torch
+def shares(weights: Any) -> Any:
+    """Weights as shares of the loss (summing to one), as ``model.fit_logistic`` takes them."""
+    import numpy as np
 
-    xs = torch.as_tensor(x, dtype=torch.float64)
-    ys = torch.as_tensor(y, dtype=torch.float64)
-    ws = torch.as_tensor(weights, dtype=torch.float64)
-    ws = ws / ws.sum()
-    off = torch.zeros_like(ys) if offset is None else torch.as_tensor(offset, dtype=torch.float64)
-    w = torch.zeros(xs.shape[1], dtype=torch.float64, requires_grad=True)
-    opt = torch.optim.LBFGS([w], max_iter=500, tolerance_grad=1e-9, line_search_fn="strong_wolfe")
-
-    def closure() -> Any:
-        opt.zero_grad()
-        z = xs @ w + off
-        loss = (ws * torch.nn.functional.softplus(-ys * z)).sum() + penalty * (w * w).sum()
-        loss.backward()
-        return loss
-
-    opt.step(closure)
-    return w.detach().numpy()
+    w = np.asarray(weights, dtype=np.float64)
+    return w / w.sum()
 
 
 def readouts(
@@ -131,7 +116,7 @@ def readouts(
             by_penalty = {}
             dev = [k for k in feats if role[k] == "dev"]
             for pen in penalties:
-                w = fit_logistic(x, signs, wts, pen)
+                w, _ = fit_logistic(x, signs, pen, weights=shares(wts))
                 scores = {k: float((feats[k]["chosen"] - feats[k]["rejected"]) @ w) for k in feats}
                 res: dict[str, Any] = {}
                 groups: dict[str, list[tuple[str, str]]] = defaultdict(list)
@@ -154,33 +139,3 @@ def readouts(
             }
         report[folder.name] = model_report
     return report
-
-
-def add_parser(commands: Any) -> None:
-    p = commands.add_parser(
-        "readouts",
-        help="position-free frozen-feature readouts of one or more states passes, scored "
-        "length-balanced on the development split and the benchmark samples",
-    )
-    p.add_argument("--states", type=Path, action="append", required=True)
-    p.add_argument("--out", type=Path, required=True, help="the report (JSON)")
-    p.add_argument("--train-source", action="append", help="fit on these sources only")
-    p.set_defaults(func=run)
-
-
-def run(args: Any) -> int:
-    rep = readouts(args.states, train_sources=args.train_source)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(rep, indent=1) + "\n")
-    for model, r in rep.items():
-        for layer in ("top", "mid"):
-            if layer not in r:
-                continue
-            for pen, res in r[layer]["by_penalty"].items():
-                line = " ".join(
-                    f"{g}={v.get('length_balanced', float('nan')):.3f}({v['pairs']})"
-                    for g, v in res.items()
-                    if "/" not in g or g.startswith("bench")
-                )
-                print(model, layer, pen, line)
-    return 0

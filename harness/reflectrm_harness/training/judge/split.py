@@ -1,9 +1,13 @@
-"""The held-out split of a training pool: pairs set aside by prompt, stratified by source.
+"""The split rule of the judge recipe, and the held-out split file of the default judge.
 
 A prompt (the whole conversation the responses answer) is either held out or trained on, never
 both: HelpSteer2 has several pairs per prompt, and a judge that saw one of them would be measured
-on a prompt it has learned. Each source file gives the same share of its prompts, chosen by a
-seeded hash of the prompt, so the split does not depend on file order.
+on a prompt it has learned. The one rule: each prompt gets a seeded draw in [0, 1)
+(``prompt_draw``: a hash of the salt and the prompt), and a prompt takes the first role whose
+cumulative share is above its draw (``role_by_draw``), so the split does not depend on file
+order. The shares are either given (``pool``: 22% held out, 15% development) or, per source, the
+draw at which that source's prompts in draw order first hold ``fraction`` of its pairs
+(``quota_share``; ``make_split``, the default judge's split: each source gives the same share).
 
 The split is stored as a JSON file of ids with hashes: for each held-out pair its source file,
 its id and the sha256 of its row's content (conversation, chosen, rejected), so that a changed
@@ -52,9 +56,38 @@ def read_sources(paths: Sequence[Path]) -> list[SourcePairs]:
     return [SourcePairs(p.name, tuple(read_pairs(p))) for p in paths]
 
 
+def prompt_draw(pair: Pair, salt: str, bits: int = 64) -> float:
+    """A pair's prompt's seeded draw in [0, 1): the first ``bits`` of sha256(``salt:prompt``)."""
+    digest = hashlib.sha256(f"{salt}:{prompt_key(pair)}".encode()).digest()
+    return int.from_bytes(digest[: bits // 8], "big") / 2**bits
+
+
+def role_by_draw(draw: float, shares: Sequence[tuple[str, float]], rest: str = "train") -> str:
+    """The first role whose cumulative share is above ``draw``; ``rest`` past them all."""
+    edge = 0.0
+    for role, share in shares:
+        edge += share
+        if draw < edge:
+            return role
+    return rest
+
+
+def quota_share(draws: Sequence[tuple[float, int]], fraction: float) -> float:
+    """The share that holds out ``fraction`` of the pairs, whole prompts at a time: the draw of
+    the first prompt (in draw order) reached once ``round(fraction * pairs)`` are taken (1.0:
+    every prompt). ``draws``: each prompt's draw and its number of pairs."""
+    want = round(fraction * sum(n for _, n in draws))
+    taken = 0
+    for draw, n in sorted(draws):
+        if taken >= want:
+            return draw
+        taken += n
+    return 1.0
+
+
 def make_split(sources: Sequence[SourcePairs], fraction: float, seed: int) -> dict[str, Any]:
     """Hold out ``fraction`` of each source's pairs, whole prompts at a time, in the order of a
-    seeded hash of the prompt (a prompt's pairs go together, so a source may give a few more)."""
+    seeded draw of the prompt (a prompt's pairs go together, so a source may give a few more)."""
     if not 0 < fraction < 1:
         raise ValueError(f"fraction must be between 0 and 1, not {fraction}")
     held: list[dict[str, str]] = []
@@ -63,11 +96,11 @@ def make_split(sources: Sequence[SourcePairs], fraction: float, seed: int) -> di
         groups: dict[str, list[Pair]] = defaultdict(list)
         for pair in source.pairs:
             groups[prompt_key(pair)].append(pair)
-        order = sorted(groups, key=lambda k: hashlib.sha256(f"{seed}:{k}".encode()).hexdigest())
-        want = round(fraction * len(source.pairs))
+        draws = {k: prompt_draw(g[0], str(seed)) for k, g in groups.items()}
+        share = quota_share([(draws[k], len(g)) for k, g in groups.items()], fraction)
         taken = 0
-        for key in order:
-            if taken >= want:
+        for key in sorted(groups, key=draws.__getitem__):
+            if role_by_draw(draws[key], [("heldout", share)]) != "heldout":
                 break
             for pair in groups[key]:
                 held.append({"source": source.name, "id": pair.id, "sha256": pair_hash(pair)})

@@ -2,8 +2,10 @@
 
 Every later step of the recipe (the position-free readouts that compare backbones, the verdict
 layer's fit, its scale) works on what this pass keeps, so the pass is the one long run, and it is
-resumable: states are written in shards every ``checkpoint_every_s``, each item named by the hash
-of its tokens and the model, and a resumed pass computes only what is missing.
+resumable. ``run_pass`` is the one pass of the recipe (this backbone pass, ``read_states``, and
+the verdict layer's, ``verdict_layer.extract_states``, are its callers): states are written in
+shards (``NNNNN-COUNT.pt``: the items' names, their states, the seconds spent) every
+``checkpoint_every_s`` and at any stop, and a resumed pass computes only what is missing.
 
 An item is one pair in one order, rendered exactly as the engine renders it (the same chat
 template, judged texts tokenized as plain text), followed by the decision-first lead the output
@@ -29,12 +31,10 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import os
 import random
-import signal
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -42,10 +42,11 @@ from typing import Any, TypeVar
 from reflectrm.engines.chat import ChatRenderer
 from reflectrm.judging.prompts import get_template, preference_chat
 from reflectrm_harness.datasets import Pair, pair_from_row, read_rows
+from reflectrm_harness.training.judge.model import save_atomically
 
 T = TypeVar("T")
 
-SHARDS = "shards"
+STATES_DIR = "states"
 PLAN = "plan.json"
 LEAD = "<Analysis>Response "
 
@@ -80,10 +81,6 @@ class StatesConfig:
 
 
 # --- what to read -----------------------------------------------------------------------------
-
-
-def pair_source(pair: Pair, path: Path) -> str:
-    return pair.benchmark or path.name.split(".")[0]
 
 
 def read_file_pairs(path: Path) -> list[tuple[Pair, dict[str, Any]]]:
@@ -239,7 +236,7 @@ class Reader:
                 record: dict[str, Any] = {"tokens": end, "positions": named, "negatives": negatives}
                 index = list(named.values()) + negatives
                 for layer, key in ((self.top, "top"), (self.mid, "mid")):
-                    record[key] = states[layer][index].to(torch.float32).numpy()
+                    record[key] = states[layer][index].to(torch.float32).clone()
                 if not it.cut:
                     h = self.model.model.norm(states[self.top][p["dec"]].to(torch.bfloat16))
                     logits = self.model.lm_head(h).float()
@@ -250,123 +247,170 @@ class Reader:
         return out
 
 
-def write_shard(
-    out_dir: Path, records: dict[str, Any], meta: dict[str, Any], worker: int = 0
-) -> None:
-    """One shard of a worker's items (workers of one pass write shards of their own names)."""
-    import numpy as np
-
-    folder = out_dir / SHARDS
-    folder.mkdir(parents=True, exist_ok=True)
-    numbers = [
-        int(p.stem.split("-")[-1]) for p in folder.glob("shard-*.npz") if ".tmp" not in p.name
-    ]
-    n = max(numbers, default=-1) + 1
-    arrays: dict[str, Any] = {}
-    index: dict[str, Any] = {}
-    for k, (name, rec) in enumerate(records.items()):
-        entry = {key: rec[key] for key in rec if key not in ("top", "mid")}
-        if "top" in rec:
-            arrays[f"top{k}"] = rec["top"].astype(np.float32)
-            arrays[f"mid{k}"] = rec["mid"].astype(np.float32)
-            entry["array"] = k
-        index[name] = entry
-    stem = f"shard-w{worker}-{n:05d}" if worker else f"shard-{n:05d}"
-    tmp = folder / f"{stem}.tmp"
-    np.savez(tmp, **arrays)  # numpy appends .npz
-    (folder / f"{stem}.json").write_text(json.dumps({"meta": meta, "items": index}))
-    os.replace(folder / f"{stem}.tmp.npz", folder / f"{stem}.npz")
-
-
-def done_names(out_dir: Path) -> set[str]:
-    names: set[str] = set()
-    for path in sorted((out_dir / SHARDS).glob("shard-*.json")):
-        if not path.with_suffix(".npz").exists():
-            continue
-        names.update(json.loads(path.read_text())["items"])
-    return names
-
-
-def load_states(out_dir: Path) -> dict[str, dict[str, Any]]:
-    """Every saved item: its index entry with ``top`` and ``mid`` arrays (rows in the order of
-    its ``positions`` then ``negatives``)."""
-    import numpy as np
-
-    out: dict[str, dict[str, Any]] = {}
-    for path in sorted((out_dir / SHARDS).glob("shard-*.json")):
-        npz = path.with_suffix(".npz")
-        if not npz.exists():
-            continue
-        arrays = np.load(npz)
-        for name, entry in json.loads(path.read_text())["items"].items():
-            rec = dict(entry)
-            if "array" in rec:
-                rec["top"] = arrays[f"top{rec['array']}"]
-                rec["mid"] = arrays[f"mid{rec['array']}"]
-            out[name] = rec
-    return out
+# --- the one pass: shards of saved states, resumable -----------------------------------------
 
 
 def run_pass(
+    folder: Path,
+    units: Sequence[Sequence[T]],
+    name: Callable[[T], str],
+    start: Callable[[], Callable[[list[T]], dict[str, Any]]],
+    settings: dict[str, Any],
+    *,
+    checkpoint_every_s: float,
+    resume: bool = True,
+    worker: tuple[int, int] = (0, 1),
+    say: Callable[[str], None] = print,
+    progress_bar: bool = True,
+) -> dict[str, Any]:
+    """Reads every unit's items not saved yet in ``folder`` (each named by ``name``), with the
+    reader ``start()`` gives (made only if there is something to read; a unit's items are read
+    together: the two orders of a pair); a shard of what was read every ``checkpoint_every_s``
+    and at any stop. ``worker`` (k, n): this process reads the units k mod n of what is left,
+    so that n processes share a pass. A folder of other ``settings`` is refused, and one holding
+    states without ``resume``. Returns the items saved, planned, and the seconds spent reading."""
+    from tqdm import tqdm
+
+    folder.mkdir(parents=True, exist_ok=True)
+    saved, seconds_before = _saved(folder)
+    if saved and not resume:
+        raise ValueError(f"{folder} holds states: pass --resume to continue")
+    _check_settings(folder, settings)
+    planned = sum(len(u) for u in units)
+    left = [todo for todo in ([it for it in u if name(it) not in saved] for u in units) if todo]
+    have = planned - sum(len(u) for u in left)
+    k, n = worker
+    todo = left[k::n]
+    if have:
+        say(f"states: {have} of {planned} items saved; {sum(map(len, todo))} to go")
+    if not todo:
+        return {"items": planned, "planned": planned, "seconds": seconds_before}
+    read = start()
+    bar = tqdm(total=planned, initial=have, unit="item", file=sys.stderr, disable=not progress_bar)
+    pending: dict[str, Any] = {}
+    seconds = 0.0  # of the pending states
+    done = 0
+    last_save = time.monotonic()
+    try:
+        for unit in todo:
+            t0 = time.monotonic()
+            pending.update(read(unit))
+            seconds += time.monotonic() - t0
+            bar.update(len(unit))
+            if time.monotonic() - last_save >= checkpoint_every_s:
+                _write_shard(folder, pending, seconds, k if n > 1 else None)
+                done, seconds_before = done + len(pending), seconds_before + seconds
+                pending, seconds, last_save = {}, 0.0, time.monotonic()
+    finally:
+        if pending:
+            _write_shard(folder, pending, seconds, k if n > 1 else None)
+            done, seconds_before = done + len(pending), seconds_before + seconds
+        bar.close()
+    return {"items": have + done, "planned": planned, "seconds": seconds_before}
+
+
+def load_records(
+    folder: Path, names: Collection[str] | None = None
+) -> tuple[dict[str, Any], float]:
+    """The saved states (all, or those ``names``) by name, and the pass's seconds over every
+    saved state."""
+    import torch
+
+    found: dict[str, Any] = {}
+    seconds = 0.0
+    for path in _shard_paths(folder):
+        shard = torch.load(path, weights_only=False)
+        seconds += float(shard["seconds"])
+        for key, state in zip(shard["keys"], shard["states"], strict=True):
+            if names is None or key in names:
+                found[key] = state
+    return found, seconds
+
+
+def _check_settings(folder: Path, settings: dict[str, Any]) -> None:
+    """Refuse a states folder written with other settings (``states.json``); mark a new one."""
+    marker = folder / "states.json"
+    if not marker.is_file():
+        marker.write_text(json.dumps(settings) + "\n")
+        return
+    if json.loads(marker.read_text()) != json.loads(json.dumps(settings)):
+        raise ValueError(
+            f"{folder} holds states of other settings ({', '.join(settings)}): "
+            "use another --out or the same settings"
+        )
+
+
+def _write_shard(folder: Path, states: dict[str, Any], seconds: float, worker: int | None) -> None:
+    """One shard: its items' names, their states and the pass's seconds spent on them (a
+    worker's shards carry its number, so that workers of one pass never write the same file)."""
+    number = max((int(p.stem.split("-")[0]) for p in _shard_paths(folder)), default=-1) + 1
+    tail = "" if worker is None else f"-w{worker}"
+    shard = {"keys": list(states), "states": list(states.values()), "seconds": seconds}
+    save_atomically(shard, folder / f"{number:05d}-{len(states):05d}{tail}.pt")
+
+
+def _shard_paths(folder: Path) -> list[Path]:
+    return sorted(folder.glob("*.pt"))
+
+
+def _saved(folder: Path) -> tuple[set[str], float]:
+    """The names of every saved state and the pass's seconds spent on them (each shard read
+    once, its tensors mapped, not loaded)."""
+    import torch
+
+    keys: set[str] = set()
+    seconds = 0.0
+    for path in _shard_paths(folder):
+        shard = torch.load(path, weights_only=False, mmap=True)
+        keys.update(shard["keys"])
+        seconds += float(shard["seconds"])
+    return keys, seconds
+
+
+# --- the backbone states pass (``reflectrm train states``) ----------------------------------
+
+
+def read_states(
     plan: Sequence[Item],
     pairs: dict[str, Pair],
     model_path: str,
     out_dir: Path,
     config: StatesConfig,
     *,
-    limit_s: float | None = None,
     worker: tuple[int, int] = (0, 1),
+    progress_bar: bool = True,
 ) -> dict[str, Any]:
-    """Reads every planned item not yet saved (of the pairs ``k`` mod ``n`` for ``worker`` =
-    (k, n), so that n processes share a pass); returns counts. Stops after ``limit_s``, or at
-    SIGINT / SIGTERM with what was read saved."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    reader = Reader(model_path, config)
-    meta = {
-        "model": model_path.rstrip("/").split("/")[-1],
-        "fingerprint": reader.fingerprint,
-        "config": asdict(config),
-        "top": reader.top,
-        "mid": reader.mid,
-    }
-    done = done_names(out_dir)
-    todo: dict[tuple[str, str], list[Item]] = {}
+    """Reads every planned item not yet saved in ``out_dir/states``, a pair's two orders
+    together (sharing their prefix); ``worker`` as in ``run_pass``."""
+    units: dict[tuple[str, str], list[Item]] = {}
     for it in plan:
-        if it.name not in done:
-            todo.setdefault((it.source, it.pair_id), []).append(it)
-    k_of, n_of = worker
-    todo = {key: its for i, (key, its) in enumerate(todo.items()) if i % n_of == k_of}
-    shard_worker = k_of + 1 if n_of > 1 else 0
-    started = last = time.monotonic()
-    pending: dict[str, Any] = {}
-    rng = random.Random(config.seed + k_of)
-    read = tokens = 0
-    # A pass started in the background (SIGINT ignored) still stops cleanly on SIGINT/SIGTERM.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
-    try:
-        for (source, pid), items in todo.items():
-            rec = reader.read(pairs[f"{source}/{pid}"], items, rng)
-            tokens += sum(r.get("tokens", 0) for r in rec.values() if "top" in r)
-            pending.update(rec)
-            read += 1
-            now = time.monotonic()
-            if now - last >= config.checkpoint_every_s:
-                write_shard(out_dir, pending, meta, shard_worker)
-                pending, last = {}, now
-                rate = tokens / max(now - started, 1e-9)
-                print(
-                    f"states: {read}/{len(todo)} pairs, {tokens} tokens, {rate:.0f} tokens/s",
-                    file=sys.stderr,
-                    flush=True,
-                )
-            if limit_s is not None and now - started > limit_s:
-                break
-    except KeyboardInterrupt:
-        print("states: stopped; what was read is saved", file=sys.stderr, flush=True)
-    if pending:
-        write_shard(out_dir, pending, meta, shard_worker)
-    return {"pairs": read, "of": len(todo), "tokens": tokens, "seconds": time.monotonic() - started}
+        units.setdefault((it.source, it.pair_id), []).append(it)
+    rng = random.Random(config.seed + worker[0])
+
+    def start() -> Callable[[list[Item]], dict[str, Any]]:
+        reader = Reader(model_path, config)
+        return lambda items: reader.read(pairs[f"{items[0].source}/{items[0].pair_id}"], items, rng)
+
+    settings = {
+        "model": model_path.rstrip("/").split("/")[-1],
+        **{k: v for k, v in asdict(config).items() if k not in ("checkpoint_every_s", "threads")},
+    }
+    return run_pass(
+        out_dir / STATES_DIR,
+        list(units.values()),
+        lambda it: it.name,
+        start,
+        settings,
+        checkpoint_every_s=config.checkpoint_every_s,
+        worker=worker,
+        progress_bar=progress_bar,
+    )
+
+
+def load_states(out_dir: Path) -> dict[str, dict[str, Any]]:
+    """Every item a states pass saved: its tokens, ``positions``, ``negatives`` and (unless
+    skipped) the ``top`` and ``mid`` states at them (rows: the positions, then the negatives)."""
+    return dict(load_records(out_dir / STATES_DIR)[0])
 
 
 def load_plan(out_dir: Path) -> list[Item]:

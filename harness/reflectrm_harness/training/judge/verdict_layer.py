@@ -64,15 +64,15 @@ from reflectrm_harness.training.judge.items import (
     tokenize_targets,
 )
 from reflectrm_harness.training.judge.model import (
+    fit_logistic,
     load_model,
     merge_run,
     resolve_precision,
-    save_atomically,
     use_threads,
 )
-from reflectrm_harness.training.judge.split import prompt_key
+from reflectrm_harness.training.judge.split import prompt_draw, role_by_draw
+from reflectrm_harness.training.judge.states import STATES_DIR, load_records, run_pass
 
-STATES_DIR = "states"
 PLAN_FILE = "verdict-plan.json"
 
 
@@ -113,9 +113,10 @@ class VerdictConfig:
 
 
 def is_dev(pair: Pair, config: VerdictConfig) -> bool:
-    """Whether a pair's prompt is one of the development prompts (a seeded hash of it)."""
-    digest = hashlib.sha256(f"dev:{config.seed}:{prompt_key(pair)}".encode()).hexdigest()
-    return int(digest[:8], 16) < config.dev_fraction * 0x100000000
+    """Whether a pair's prompt is one of the development prompts (the split rule, on a 32-bit
+    draw)."""
+    draw = prompt_draw(pair, f"dev:{config.seed}", bits=32)
+    return role_by_draw(draw, [("dev", config.dev_fraction)]) == "dev"
 
 
 def verdict_plan(
@@ -170,129 +171,56 @@ def extract_states(
     progress_bar: bool = True,
 ) -> dict[str, Any]:
     """The residual stream entering layer ``n_layers - layers`` at every position of every
-    planned item, in shards under ``out/states`` (bf16), each state named by its item's
-    tokens (``key``). Resumable: with ``resume`` the items already saved are skipped, so a
-    stopped pass, or a plan that adds items (a longer ``max_prompt_tokens``), computes only
-    what is missing."""
+    planned item, by the one states pass (``states.run_pass``) under ``out/states`` (bf16), each
+    state named by its item's tokens (``key``). Resumable: with ``resume`` the items already
+    saved are skipped, so a stopped pass, or a plan that adds items (a longer
+    ``max_prompt_tokens``), computes only what is missing."""
     import torch
 
     precision = resolve_precision(config.precision)
     use_threads(config.threads)
-    folder = out / STATES_DIR
-    folder.mkdir(parents=True, exist_ok=True)
-    saved, seconds_before = _saved(folder)
-    if saved and not resume:
-        raise ValueError(f"{folder} holds states: pass --resume to continue")
-    _check_settings(folder, config)
-    todo = [item for item in plan if item["key"] not in saved]
-    have = len(plan) - len(todo)
-    if have:
-        say(f"states: {have} of {len(plan)} items saved; {len(todo)} to go")
-    if not todo:
-        return {"items": len(plan), "planned": len(plan), "seconds": seconds_before}
-    model = load_model(model_dir)
-    first = model.config.num_hidden_layers - config.layers
-    captured: dict[str, Any] = {}
 
-    def hook(_module: Any, args: Any, kwargs: Any) -> None:
-        captured["h"] = args[0] if args else kwargs["hidden_states"]
-        raise _StopForwardError
+    def start() -> Callable[[list[dict[str, Any]]], dict[str, Any]]:
+        model = load_model(model_dir)
+        first = model.config.num_hidden_layers - config.layers
+        captured: dict[str, Any] = {}
 
-    handle = model.model.layers[first].register_forward_pre_hook(hook, with_kwargs=True)
-    bar = None
-    if progress_bar:
-        from tqdm import tqdm
+        def hook(_module: Any, args: Any, kwargs: Any) -> None:
+            captured["h"] = args[0] if args else kwargs["hidden_states"]
+            raise _StopForwardError
 
-        bar = tqdm(total=len(plan), initial=have, unit="item", file=sys.stderr)
-    pending: list[tuple[str, Any]] = []
-    seconds = 0.0  # of the pending states
-    done = 0
-    last_save = time.monotonic()
-    try:
-        for item in todo:
-            t0 = time.monotonic()
-            ids = torch.tensor([item["ids"]], dtype=torch.long)
+        model.model.layers[first].register_forward_pre_hook(hook, with_kwargs=True)
+
+        def read(unit: list[dict[str, Any]]) -> dict[str, Any]:
+            (item,) = unit
             with (
                 torch.inference_mode(),
                 torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"),
                 contextlib.suppress(_StopForwardError),
             ):
-                model(input_ids=ids)
-            pending.append((item["key"], captured["h"][0].to(torch.bfloat16).clone()))
-            seconds += time.monotonic() - t0
-            if bar is not None:
-                bar.update(1)
-            if time.monotonic() - last_save >= config.checkpoint_every_s:
-                _write_shard(folder, pending, seconds)
-                done, seconds_before = done + len(pending), seconds_before + seconds
-                pending, seconds = [], 0.0
-                last_save = time.monotonic()
-    finally:
-        handle.remove()
-        if pending:
-            _write_shard(folder, pending, seconds)
-            done, seconds_before = done + len(pending), seconds_before + seconds
-        if bar is not None:
-            bar.close()
-    return {"items": have + done, "planned": len(plan), "seconds": seconds_before}
+                model(input_ids=torch.tensor([item["ids"]], dtype=torch.long))
+            return {item["key"]: captured["h"][0].to(torch.bfloat16).clone()}
 
+        return read
 
-def _check_settings(folder: Path, config: VerdictConfig) -> None:
-    """Refuse a states folder written with other settings (``states.json``); mark a new one."""
-    marker = folder / "states.json"
-    if not marker.is_file():
-        marker.write_text(json.dumps({"fingerprint": config.fingerprint()}) + "\n")
-        return
-    if json.loads(marker.read_text()).get("fingerprint") != config.fingerprint():
-        raise ValueError(
-            f"{folder} holds states of other settings (layers, precision): "
-            "use another --out or the same settings"
-        )
-
-
-def _write_shard(folder: Path, states: list[tuple[str, Any]], seconds: float) -> None:
-    """One shard: its items' keys, their states and the pass's seconds spent on them."""
-
-    numbers = [int(p.stem.split("-")[0]) for p in _shard_paths(folder)]
-    number = max(numbers, default=-1) + 1
-    path = folder / f"{number:05d}-{len(states):05d}.pt"
-    shard = {"keys": [k for k, _ in states], "states": [v for _, v in states], "seconds": seconds}
-    save_atomically(shard, path)
-
-
-def _shard_paths(folder: Path) -> list[Path]:
-    return sorted(folder.glob("*.pt"))
-
-
-def _saved(folder: Path) -> tuple[set[str], float]:
-    """The keys of every saved state and the pass's seconds spent on them (each shard read
-    once, its tensors mapped, not loaded)."""
-    import torch
-
-    keys: set[str] = set()
-    seconds = 0.0
-    for path in _shard_paths(folder):
-        shard = torch.load(path, weights_only=False, mmap=True)
-        keys.update(shard["keys"])
-        seconds += float(shard["seconds"])
-    return keys, seconds
+    return run_pass(
+        out / STATES_DIR,
+        [[item] for item in plan],
+        lambda item: str(item["key"]),
+        start,
+        {"fingerprint": config.fingerprint()},
+        checkpoint_every_s=config.checkpoint_every_s,
+        resume=resume,
+        say=say,
+        progress_bar=progress_bar,
+    )
 
 
 def load_states(out: Path, plan: Sequence[dict[str, Any]]) -> tuple[list[Any], float]:
     """The saved state of every planned item, in plan order, and the pass's seconds (over
     every saved state, the plan's or not)."""
-    import torch
-
-    wanted = {item["key"] for item in plan}
-    found: dict[str, Any] = {}
-    seconds = 0.0
-    for path in _shard_paths(out / STATES_DIR):
-        shard = torch.load(path, weights_only=False)
-        seconds += float(shard["seconds"])
-        for key, state in zip(shard["keys"], shard["states"], strict=True):
-            if key in wanted:
-                found[key] = state
-    missing = len(wanted - set(found))
+    found, seconds = load_records(out / STATES_DIR, {item["key"] for item in plan})
+    missing = len({item["key"] for item in plan} - set(found))
     if missing:
         raise ValueError(f"{missing} planned items have no saved state: run the pass with --resume")
     return [found[item["key"]] for item in plan], seconds
@@ -468,28 +396,6 @@ def end_marker_ids(tokenizer: Any) -> dict[int, list[int]]:
     return out
 
 
-def _fit_logistic(x: Any, y: Any, penalty: float, weight: Any = None, bias: bool = False) -> Any:
-    """L2-penalised logistic regression (LBFGS, float64): the weights (and bias)."""
-    import torch
-
-    x, y = x.double(), y.double()
-    w = torch.zeros(x.shape[1], dtype=torch.float64, requires_grad=True)
-    b = torch.zeros(1, dtype=torch.float64, requires_grad=bias)
-    opt = torch.optim.LBFGS(
-        [w, b] if bias else [w], lr=1, max_iter=200 if bias else 300, line_search_fn="strong_wolfe"
-    )
-
-    def closure() -> Any:
-        opt.zero_grad()
-        loss = torch.nn.functional.binary_cross_entropy_with_logits(x @ w + b, y, weight=weight)
-        loss = loss + penalty * (w @ w)
-        loss.backward()
-        return loss
-
-    opt.step(closure)
-    return w.detach().float()
-
-
 def build_verdict(
     layer: VerdictLayer,
     finals: Sequence[Any],
@@ -519,16 +425,22 @@ def build_verdict(
         negatives.append(layer.normed(f[idx]))
     neg = torch.cat(negatives)
 
+    def fit(x: Any, y: Any, penalty: float, **kw: Any) -> Any:
+        # LBFGS's default stopping, 300 steps (200 with a bias, which is fitted and dropped)
+        steps = 200 if kw.get("bias") else 300
+        w, _ = fit_logistic(x, y, penalty, max_iter=steps, tolerance_grad=1e-7, **kw)
+        return torch.from_numpy(w).float()
+
     def probe(pos: Any, others: Any) -> Any:
         x = torch.cat([pos, others])
         y = torch.cat([torch.ones(len(pos)), torch.zeros(len(others))])
-        weight = torch.where(y > 0, len(others) / len(pos), 1.0).double()
-        return _fit_logistic(x, y, config.probe_penalty, weight, bias=True)
+        weight = torch.where(y > 0, len(others) / len(pos), 1.0).double() / len(y)
+        return fit(x, y, config.probe_penalty, weights=weight, bias=True)
 
     probe_1 = probe(n1[train], torch.cat([neg, n2[train]]))
     probe_2 = probe(n2[train], torch.cat([neg, n1[train]]))
     label = torch.tensor([1.0 if it["label"] == 1 else 0.0 for it in items])
-    readout = _fit_logistic((n1 - n2)[train], label[train], config.readout_penalty)
+    readout = fit((n1 - n2)[train], label[train], config.readout_penalty)
     mean_decision = nd[train].mean(0)
     model = layer.model
     one, two = digit_ids(tokenizer)
