@@ -35,8 +35,8 @@ def test_the_small_settings_file_is_found_by_name_and_runs_on_either_machine(
 ) -> None:
     small = load_settings(Path("small"))
     assert (small.template_version, small.lora, small.prompts_per_batch) == ("v3", True, 2)
-    assert (small.max_completion_length, small.kl_beta, small.max_steps) == (64, 0.0, 150)
-    assert small.accumulation_steps() == 2  # 2 prompts x 8 completions in passes of 8
+    assert (small.max_completion_length, small.kl_beta, small.max_steps) == (64, 0.0, 110)
+    assert small.accumulation_steps() == 1  # 2 prompts x 4 completions in one pass of 8
     # auto: vLLM's colocated rollouts on a GPU, transformers generate on the CPU
     assert small.wants_vllm(gpu=True)
     assert not small.wants_vllm(gpu=False)
