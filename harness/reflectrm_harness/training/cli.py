@@ -387,15 +387,18 @@ def _build_config(args: argparse.Namespace) -> BuildConfig:
 
 @_friendly
 def run_build(args: argparse.Namespace) -> int:
-    config = _build_config(args)
+    settings = get_settings(model=args.model or None)
+    # the items are rendered in the template the service is set to (REFLECTRM_TEMPLATE_VERSION),
+    # whether the judgments are made now or read back
+    config = BuildConfig(
+        **{**_build_config(args).__dict__, "template_version": settings.template_version}
+    )
     if args.from_judgments:
         stats = rebuild(args.from_judgments, config, args.out)
     else:
         if not args.data:
             raise SystemExit("build-data needs --data (or --from-judgments)")
         pairs = load_pairs(args.data, args.split, args.limit)
-        settings = get_settings(model=args.model or None)
-        config = BuildConfig(**{**config.__dict__, "template_version": settings.template_version})
         stats = asyncio.run(_build_with_engine(settings, pairs, config, args.out))
     print(json.dumps({k: v for k, v in stats.__dict__.items() if k != "extra"}, indent=2))
     return 0

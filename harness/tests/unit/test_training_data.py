@@ -69,6 +69,23 @@ def test_pairs_right_every_time_are_dropped() -> None:
     assert stats.preference_available == 1
 
 
+def test_preference_items_show_the_chosen_response_in_each_position_half_the_time() -> None:
+    # A base that always names Response 1 gets a pair right 8/8 exactly when the chosen
+    # response was shown first; the pairs kept are all the ones it saw second.
+    pairs = [judged(f"p{i}", 1 + i % 2, [1] * 8) for i in range(20)]
+    items, stats = select_items(
+        pairs, BuildConfig(preference_per_reflection=None), random.Random(0)
+    )
+    assert stats.dropped_all_correct == 10
+    assert {p.pair_id for p in pairs if p.label == 2} == {i["pair_id"] for i in items}
+    assert sorted(i["label"] for i in items) == [1] * 5 + [2] * 5
+    for item in items:
+        # the label names the slot of the chosen response ("four"), in the prompt's own order
+        text = item["prompt"][-1]["content"]
+        first, second = text.index("four"), text.index("five")
+        assert item["label"] == (1 if first < second else 2)
+
+
 def test_one_reflection_item_per_mixed_pair_with_the_right_analysis_preferred() -> None:
     pairs = [judged(f"p{k}", 1 + k % 2, [1, 2, 1, 2, 1, 1, 2, 1]) for k in range(40)]
     items, stats = select_items(pairs, BuildConfig(preference_per_reflection=1.0), random.Random(0))

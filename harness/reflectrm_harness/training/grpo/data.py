@@ -111,16 +111,36 @@ def shown_order(pair: Pair, rng: random.Random) -> Presented:
     return pair.present(1 if rng.random() < 0.5 else 2)
 
 
-def preference_item(template: Template, judged: JudgedPair) -> dict[str, Any]:
+def preference_item(
+    template: Template, judged: JudgedPair, chosen_at: int | None = None
+) -> dict[str, Any]:
+    """The pair as a preference item, the chosen response at ``chosen_at`` (default: where the
+    base model saw it)."""
     r1, r2 = judged.responses
+    label = judged.label
+    if chosen_at is not None and chosen_at != label:
+        r1, r2, label = r2, r1, chosen_at
     return {
         "id": f"{judged.pair_id}#preference",
         "pair_id": judged.pair_id,
         "kind": "preference",
         "prompt": preference_messages(template, judged.conversation, r1, r2),
-        "label": judged.label,
+        "label": label,
         "template_version": template.version,
     }
+
+
+def balanced_positions(count: int, rng: random.Random) -> list[int]:
+    """Where each preference item shows its chosen response: half in each position (one more
+    in a random one when ``count`` is odd), in a random order.
+
+    Not where the base model saw it: selection keeps the pairs the base got wrong at least once,
+    and a base that favours one position gets those wrong mostly when the chosen response sits
+    in the other; kept in their judged order, the items would teach that position (with a base
+    naming Response 1 in 99% of its judgments, 80 of 107 items said Response 2)."""
+    positions = [1, 2] * (count // 2) + ([rng.choice((1, 2))] if count % 2 else [])
+    rng.shuffle(positions)
+    return positions
 
 
 def reflection_item(
@@ -162,7 +182,7 @@ def select_items(
 ) -> tuple[list[dict[str, Any]], Stats]:
     """Filter, build both sets, mix them at the configured ratio and shuffle. Pure."""
     template = get_template(config.template_version)
-    preference: list[dict[str, Any]] = []
+    preference: list[JudgedPair] = []
     reflection: list[dict[str, Any]] = []
     dropped = all_wrong = mixed = 0
     for pair in judged:
@@ -170,7 +190,7 @@ def select_items(
         if len(right) == len(pair.candidates):
             dropped += 1
             continue
-        preference.append(preference_item(template, pair))
+        preference.append(pair)
         wrong = pair.incorrect(config.unparsed_is_incorrect)
         if not right:
             all_wrong += 1
@@ -180,7 +200,12 @@ def select_items(
                 reflection_item(template, pair, rng.choice(right), rng.choice(wrong), rng)
             )
     n_pref, n_refl = mix_counts(len(preference), len(reflection), config.preference_per_reflection)
-    items = rng.sample(preference, n_pref) + rng.sample(reflection, n_refl)
+    kept = rng.sample(preference, n_pref)
+    balanced = [
+        preference_item(template, pair, at)
+        for pair, at in zip(kept, balanced_positions(len(kept), rng), strict=True)
+    ]
+    items = balanced + rng.sample(reflection, n_refl)
     rng.shuffle(items)
     candidates = [c for p in judged for c in p.candidates]
     stats = Stats(
