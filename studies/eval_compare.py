@@ -17,7 +17,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from reflectrm_harness.evaluation import records
+import reflectrm_harness.evaluation.records as records
 
 IGNORED = ("latency_ms",)
 

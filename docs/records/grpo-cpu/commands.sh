@@ -1,5 +1,5 @@
 # The GRPO run on two CPU cores (docs/training.md section 7), the commands in the order they ran,
-# from the repository root, on 2026-12-05. Each engine run took runs/engine.lock (flock) so
+# from the repository root, on 2026-12-05. Each engine run took a lock file (flock) so
 # that no two engines ran at once.
 D=../shared/data; R=runs/grpo-cpu; T=".venv/bin/reflectrm train"
 POOL="--data $D/train/helpsteer2_ratings_pairs.jsonl.gz --data $D/train/pandalm_human_testset.jsonl.gz \
