@@ -16,6 +16,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from scripts.generated import replace_between, table_row
+
 ROOT = Path(__file__).resolve().parents[1]
 RECORD = ROOT / "docs" / "records" / "grpo-cpu"
 PAGE = ROOT / "docs" / "training.md"
@@ -93,7 +95,7 @@ def row(label: str, folder: str, name: str, enforced: bool) -> str | None:
         f"{100 * f['names_1'] / max(f['parsed'], 1):.1f}",
         f"[record](records/grpo-cpu/{folder}/{path.name})",
     ]
-    return "| " + " | ".join(cells) + " |"
+    return table_row(cells)
 
 
 def render() -> str:
@@ -110,10 +112,7 @@ def render() -> str:
 
 
 def write(page: Path = PAGE) -> None:
-    text = page.read_text()
-    head, rest = text.split(START, 1)
-    _, tail = rest.split(END, 1)
-    page.write_text(f"{head}{START}\n{render()}{END}{tail}")
+    replace_between(page, START, END, render())
 
 
 def _rewards(path: Path) -> tuple[list[int], list[float]]:

@@ -23,6 +23,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from scripts.generated import replace_between
+
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "service" / "reflectrm" / "artifacts"
 PAGE = ROOT / "docs" / "judges.md"
@@ -167,10 +169,7 @@ def readme_figures(artifacts: Path = ARTIFACTS) -> str:
 
 
 def write_readme(readme: Path = README) -> None:
-    text = readme.read_text()
-    head, rest = text.split(README_START, 1)
-    _, tail = rest.split(README_END, 1)
-    readme.write_text(f"{head}{README_START}\n{readme_figures()}{README_END}{tail}")
+    replace_between(readme, README_START, README_END, readme_figures())
 
 
 if __name__ == "__main__":

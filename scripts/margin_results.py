@@ -13,6 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from scripts.generated import replace_between, table_row
+
 ROOT = Path(__file__).resolve().parents[1]
 RECORDS = ROOT / "docs" / "records"
 # (row label, record folder, dataset label, mode row)
@@ -64,7 +66,7 @@ def row(label: str, folder: str, dataset: str, mode: str) -> str | None:
         f"{one.get('first_position_rate', 0.0):.1f}",
         f"[record](records/{folder}/report.md)",
     ]
-    return "| " + " | ".join(cells) + " |"
+    return table_row(cells)
 
 
 def render() -> str:
@@ -78,10 +80,7 @@ def render() -> str:
 
 
 def write(page: Path = ROOT / "docs" / "results.md") -> None:
-    text = page.read_text()
-    before, rest = text.split(START, 1)
-    after = rest.split(END, 1)[1]
-    page.write_text(f"{before}{START}\n{render()}{END}{after}")
+    replace_between(page, START, END, render())
 
 
 if __name__ == "__main__":

@@ -3,11 +3,12 @@ records, and its counts are the records' own (hand-checked on a small record).""
 
 from __future__ import annotations
 
+from scripts.generated import between
 from scripts.grpo_results import END, PAGE, START, figures, render, wilson
 
 
 def test_the_training_page_holds_the_table_rendered_from_the_records() -> None:
-    inside = PAGE.read_text().split(START, 1)[1].split(END, 1)[0]
+    inside = between(PAGE.read_text(), START, END)
     assert inside.strip() == render().strip(), "run `python -m scripts.grpo_results --write`"
 
 

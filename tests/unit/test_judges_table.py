@@ -71,9 +71,10 @@ def test_the_held_out_block_of_an_older_manifest_is_read(tmp_path: Path) -> None
 
 
 def test_the_readmes_figures_on_the_default_judge_are_its_manifests() -> None:
+    from scripts.generated import between
     from scripts.judges_table import README, README_END, README_START, readme_figures
 
-    inside = README.read_text().split(README_START, 1)[1].split(README_END, 1)[0]
+    inside = between(README.read_text(), README_START, README_END)
     assert inside.strip() == readme_figures().strip(), (
         "README.md is stale: .venv/bin/python -m scripts.judges_table --readme"
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from scripts.generated import between
 from scripts.margin_results import END, START, render
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "results.md"
@@ -12,5 +13,5 @@ PAGE = Path(__file__).resolve().parents[2] / "docs" / "results.md"
 
 def test_the_results_page_holds_the_table_rendered_from_the_records() -> None:
     text = PAGE.read_text()
-    inside = text.split(START, 1)[1].split(END, 1)[0]
+    inside = between(text, START, END)
     assert inside.strip() == render().strip(), "run `python -m scripts.margin_results`"
