@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from reflectrm.interrupts import run_command
-from reflectrm.judging import defaults
 from reflectrm.judging.types import MODES
 from reflectrm.settings import Settings, get_settings
 
@@ -95,8 +94,7 @@ def _judge_body(args: argparse.Namespace) -> dict[str, Any]:
     else:
         body["prompt"] = args.prompt
     body["responses"] = [args.response1, args.response2]
-    body["mode"] = args.mode
-    for key in ("seed", "max_tokens", "num_candidates"):
+    for key in ("mode", "debias", "seed", "max_tokens", "num_candidates"):
         if getattr(args, key) is not None:
             body[key] = getattr(args, key)
     body["check_swap"] = args.check_swap
@@ -183,7 +181,12 @@ def build_parser() -> argparse.ArgumentParser:
     conv.add_argument("--messages", help="a JSON file with the conversation [{role, content}]")
     p.add_argument("--response1", required=True)
     p.add_argument("--response2", required=True)
-    p.add_argument("--mode", choices=MODES, default=defaults.MODE)
+    p.add_argument(
+        "--mode", choices=MODES, help="default: the served judge's (the default judge: margin)"
+    )
+    p.add_argument(
+        "--debias", choices=("none", "swap"), help="default: the served judge's (default: swap)"
+    )
     p.add_argument("--seed", type=int)
     p.add_argument("--max-tokens", type=int)
     p.add_argument("--num-candidates", type=int)

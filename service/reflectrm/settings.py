@@ -15,15 +15,21 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, PrivateAttr, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from reflectrm.checkpoints.base import default_cache_dir
-from reflectrm.checkpoints.resolve import DEFAULT_MODEL, margin_weights, trained_template
+from reflectrm.checkpoints.resolve import (
+    DEFAULT_MODEL,
+    margin_weights,
+    served_defaults,
+    trained_template,
+)
 from reflectrm.engines.config import EngineConfig, RemoteConfig
 from reflectrm.judging import defaults
 from reflectrm.judging.config import JudgeConfig
-from reflectrm.judging.types import Scoring
+from reflectrm.judging.debias import Debias
+from reflectrm.judging.types import Mode, Scoring
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
@@ -78,6 +84,16 @@ _SOURCES: dict[type, tuple[str, dict[str, str]]] = {
     # A check is abandoned after the deadline of the judgment it repeats.
     SwapCheckConfig: ("swap_check_", {"timeout_s": "request_timeout_s"}),
 }
+
+
+@dataclasses.dataclass(frozen=True)
+class PairDefaults:
+    """A pair's mode and debias where its call names none, and the judge's reason for them
+    (None: the method's own defaults, nothing to explain)."""
+
+    mode: Mode
+    debias: Debias
+    why: str | None = None
 
 
 class Settings(BaseSettings):
@@ -370,6 +386,19 @@ class Settings(BaseSettings):
         "probabilities); 'votes', the paper's vote shares. Every reply names the one used: "
         "'votes' where the engine returned no verdict probabilities. docs/method-choices.md.",
     )
+    # Why the judge's manifest serves a pair left unset as it does (its ``serving.why``).
+    _pair_note: str | None = PrivateAttr(None)
+    pair_mode: Mode | None = Field(
+        None,
+        description="The mode of a pair (/v1/judge, /v1/judge/batch) whose call names none. "
+        "Unset: the one the judge's manifest serves it with (the default judge: margin, since "
+        "its one-order verdict names Response 1 whatever the pair), else reflect.",
+    )
+    pair_debias: Debias | None = Field(
+        None,
+        description="The debias of a pair whose call names none. Unset: the one the judge's "
+        "manifest serves it with (the default judge: swap, both orders pooled), else none.",
+    )
     allow_ablations: bool = Field(
         False,
         description="Accept the request field `ablation` (random_anchor, random_winners, "
@@ -533,6 +562,17 @@ class Settings(BaseSettings):
             trained = trained_template(self.model)
             if trained:
                 self.template_version = trained
+        # A pair left unset is judged as the judge's manifest says it is served (a judge whose
+        # one-order verdict follows position: both orders pooled), else as the method says.
+        served = served_defaults(self.model) if self.engine != "remote" else {}
+        explicit = {"pair_mode", "pair_debias"} & self.model_fields_set
+        if self.pair_mode is None:
+            self.pair_mode = served.get("mode", defaults.MODE)  # type: ignore[assignment]
+        if self.pair_debias is None:
+            self.pair_debias = served.get("debias", defaults.PAIR_DEBIAS)  # type: ignore[assignment]
+        self._pair_note = served.get("why")
+        if explicit:
+            self._pair_note = "this server's REFLECTRM_PAIR_MODE and REFLECTRM_PAIR_DEBIAS"
         # And with the margin weights fitted for it, unless set explicitly.
         fitted = margin_weights(self.model) if self.engine != "remote" else {}
         for key, value in fitted.items():
@@ -545,6 +585,12 @@ class Settings(BaseSettings):
         if self.engine == "remote" and not self.engine_url:
             raise ValueError("REFLECTRM_ENGINE=remote needs REFLECTRM_ENGINE_URL (the fleet's URL)")
         return self
+
+    def pair_defaults(self) -> PairDefaults:
+        """What a pair whose call leaves mode or debias unset is judged with, and why."""
+        assert self.pair_mode is not None  # set at validation
+        assert self.pair_debias is not None
+        return PairDefaults(self.pair_mode, self.pair_debias, self._pair_note)
 
     def peer_urls(self) -> list[str]:
         """``peers`` as a list of base URLs (empty: peers are off)."""

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from reflectrm.api import schemas
 from reflectrm.api.errors import status_of
-from reflectrm.judging import types
+from reflectrm.judging import defaults, types
 from reflectrm.judging.debias import Debias
 from reflectrm.judging.groups import Comparison, failed_reward
 from reflectrm.serving.errors import InvalidRequestError
@@ -31,6 +31,7 @@ from reflectrm.serving.types import (
     SampleAsk,
     SampleOptions,
 )
+from reflectrm.settings import PairDefaults
 
 # --- requests --------------------------------------------------------------------------------
 
@@ -68,19 +69,39 @@ def options_of(body: AsksJudging, ablation: types.Ablation = "none") -> Options:
     )
 
 
-def pair_ask(body: schemas.JudgeRequest) -> PairAsk:
+# A pair's mode and debias where its call names none: the method's, unless the served judge's
+# manifest says otherwise (Settings.pair_defaults).
+METHOD_DEFAULTS = PairDefaults(defaults.MODE, defaults.PAIR_DEBIAS)
+
+
+def pair_ask(body: schemas.JudgeRequest, served: PairDefaults = METHOD_DEFAULTS) -> PairAsk:
+    """The pair as asked, with the served judge's defaults where the call names no mode or
+    debias (an ablation is of reflect mode); ``note`` says why when they are not the method's."""
+    mode = body.mode or ("reflect" if body.ablation != "none" else served.mode)
+    debias = body.debias or served.debias
+    left = (body.mode is None and mode != defaults.MODE) or (
+        body.debias is None and debias != defaults.PAIR_DEBIAS
+    )
     return PairAsk(
         conversation=messages_of(body),
         responses=(body.responses[0], body.responses[1]),
-        options=options_of(body, body.ablation),
+        options=Options(
+            mode=mode,
+            debias=debias,
+            num_candidates=body.num_candidates,
+            max_tokens=body.max_tokens,
+            seed=body.seed,
+            ablation=body.ablation,
+        ),
         check_swap=body.check_swap,
         with_trace=body.return_trace,
+        note=served.why if left else None,
     )
 
 
-def batch_mode(body: schemas.BatchRequest) -> str:
-    """The mode a batch is counted under: its defaults' mode, else the default mode."""
-    return body.defaults.mode if body.defaults and body.defaults.mode else "reflect"
+def batch_mode(body: schemas.BatchRequest, served: PairDefaults = METHOD_DEFAULTS) -> str:
+    """The mode a batch is counted under: its defaults' mode, else the served default."""
+    return body.defaults.mode if body.defaults and body.defaults.mode else served.mode
 
 
 # Stands in for the defaults' conversation while an item that has none of its own is validated,
@@ -107,21 +128,23 @@ def _validation_detail(exc: ValidationError) -> str:
 
 
 def _one_item(
-    raw: dict[str, object], defaults: dict[str, object], mode: str
+    raw: dict[str, object], defaults: dict[str, object], mode: str, served: PairDefaults
 ) -> PairAsk | FailedItem:
     try:
-        return pair_ask(_item_body(raw, defaults))
+        return pair_ask(_item_body(raw, defaults), served)
     except ValidationError as exc:
         return FailedItem(
             str(raw.get("mode") or mode), InvalidRequestError(_validation_detail(exc))
         )
 
 
-def batch_items(body: schemas.BatchRequest) -> list[PairAsk | FailedItem]:
+def batch_items(
+    body: schemas.BatchRequest, served: PairDefaults = METHOD_DEFAULTS
+) -> list[PairAsk | FailedItem]:
     """Each item as an ask, or, when it does not validate, as a failed item (422) whose error
     says what to fix; the other items are judged. Items without a conversation of their own
     share the defaults' one: one object for all of them."""
-    mode = batch_mode(body)
+    mode = batch_mode(body, served)
     defaults: dict[str, object] = {}
     shared: tuple[types.Message, ...] | None = None
     if body.defaults is not None:
@@ -136,7 +159,7 @@ def batch_items(body: schemas.BatchRequest) -> list[PairAsk | FailedItem]:
                 return [
                     FailedItem(str(raw.get("mode") or mode), InvalidRequestError(detail))
                     if "prompt" not in raw and "messages" not in raw
-                    else _one_item(raw, defaults, mode)
+                    else _one_item(raw, defaults, mode, served)
                     for raw in body.items
                 ]
             shared = messages_of(body.defaults)  # type: ignore[arg-type]
@@ -145,7 +168,7 @@ def batch_items(body: schemas.BatchRequest) -> list[PairAsk | FailedItem]:
     for raw in body.items:
         own = "prompt" in raw or "messages" in raw
         try:
-            ask = pair_ask(_item_body(raw, defaults))
+            ask = pair_ask(_item_body(raw, defaults), served)
         except ValidationError as exc:
             error = InvalidRequestError(_validation_detail(exc))
             items.append(FailedItem(str(raw.get("mode") or mode), error))
@@ -263,6 +286,7 @@ def judge_response(result: PairResult) -> schemas.JudgeResponse:
         outcome=a.outcome,
         mode=a.mode,
         debias=a.debias,
+        note=result.ask.note,
         analysis=a.analysis,
         votes=a.votes,
         early_exit=a.early_exit,

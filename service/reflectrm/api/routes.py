@@ -69,7 +69,7 @@ async def metrics(service: ServiceDep) -> Response:
 async def judge_pair(
     body: schemas.JudgeRequest, service: ServiceDep, call: CallDep
 ) -> schemas.JudgeResponse:
-    result = await service.judge_pair(convert.pair_ask(body), call)
+    result = await service.judge_pair(convert.pair_ask(body, service.pair_defaults), call)
     return convert.judge_response(result)
 
 
@@ -93,8 +93,9 @@ router.add_api_route(
 async def judge_batch(
     body: schemas.BatchRequest, service: ServiceDep, call: CallDep
 ) -> schemas.BatchResponse:
-    items = convert.batch_items(body)
-    result = await service.judge_batch(items, convert.batch_mode(body), call)
+    served = service.pair_defaults
+    items = convert.batch_items(body, served)
+    result = await service.judge_batch(items, convert.batch_mode(body, served), call)
     return convert.batch_response(result)
 
 

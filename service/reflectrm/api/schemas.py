@@ -103,8 +103,16 @@ class JudgeRequest(Conversation):
     responses: list[NonEmpty] = Field(
         ..., min_length=2, max_length=2, description="Exactly two candidate responses."
     )
-    mode: Mode = Field(defaults.MODE, description=MODE_DESCRIPTION)
-    debias: Debias = Field(defaults.PAIR_DEBIAS, description=DEBIAS_DESCRIPTION)
+    mode: Mode | None = Field(
+        None,
+        description=MODE_DESCRIPTION + " Unset: the served judge's default for pairs (the "
+        "default judge: margin; a judge without one: reflect); the reply's `note` says why.",
+    )
+    debias: Debias | None = Field(
+        None,
+        description=DEBIAS_DESCRIPTION + " Unset: the served judge's default for pairs (the "
+        "default judge: swap; a judge without one: none).",
+    )
     num_candidates: int | None = Field(
         None,
         ge=1,
@@ -141,7 +149,7 @@ class JudgeRequest(Conversation):
 
     @model_validator(mode="after")
     def _ablation_in_reflect_mode(self) -> JudgeRequest:
-        if self.ablation != "none" and self.mode != "reflect":
+        if self.ablation != "none" and self.mode not in (None, "reflect"):
             raise ValueError("`ablation` applies to mode `reflect` only")
         return self
 
@@ -225,6 +233,12 @@ class JudgeResponse(BaseModel):
     outcome: Outcome
     mode: Mode
     debias: Debias = "none"
+    note: str | None = Field(
+        None,
+        description="Why the pair was judged in this mode and debias when the call named "
+        "neither and the served judge's defaults differ from the method's (reflect, one "
+        "order); null otherwise.",
+    )
     analysis: str | None = Field(
         description="The most confident analysis agreeing with the winner."
     )

@@ -132,6 +132,14 @@ def margin_weights(model: str) -> dict[str, float]:
     return {k: float(v) for k, v in margin.items() if k in ("verdict_weight", "likelihood_weight")}
 
 
+def served_defaults(model: str) -> dict[str, str]:
+    """How a model setting's judge is served when a pair's call leaves them unset (its
+    manifest's ``serving``: ``mode``, ``debias`` and ``why``, the reason in a sentence); empty
+    when it names none (the method's defaults apply)."""
+    serving = judge_manifest(model).get("serving") or {}
+    return {k: str(v) for k, v in serving.items() if k in ("mode", "debias", "why")}
+
+
 def prepare_model(
     model: str, cache_dir: Path, dtype: str = "float32", say: Callable[[str], None] = print
 ) -> Path | None:

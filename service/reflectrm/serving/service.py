@@ -115,6 +115,8 @@ class JudgingService:
         # stopping); None while it serves.
         self.unavailable: str | None = LOADING
         self.limits = Limits(settings)
+        # A pair's mode and debias where its call names none (the served judge's manifest's).
+        self.pair_defaults = settings.pair_defaults()
         s = settings
         self.admission = Admission(
             s.max_concurrent_judgments,

@@ -93,6 +93,9 @@ class PairAsk:
     check_swap: bool = False
     # The caller wants every candidate and reflection back (the service keeps them anyway).
     with_trace: bool = False
+    # Why the pair is judged in the mode and debias it left to the served judge, when those
+    # are not the method's (told in the reply).
+    note: str | None = None
 
     @property
     def two_orders(self) -> bool:
