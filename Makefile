@@ -26,9 +26,9 @@ test-docker: setup system-deps
 	$(BIN)/python -m pytest tests/docker
 
 lint: setup
-	$(BIN)/ruff check service harness tests scripts loadtests studies
-	$(BIN)/ruff format --check service harness tests scripts loadtests studies
-	$(BIN)/mypy service/reflectrm harness/reflectrm_harness loadtests studies scripts/reliability_tables.py
+	$(BIN)/ruff check service harness tests scripts loadtests studies examples
+	$(BIN)/ruff format --check service harness tests scripts loadtests studies examples
+	$(BIN)/mypy service/reflectrm harness/reflectrm_harness loadtests studies examples scripts/reliability_tables.py
 
 eval: setup
 	$(BIN)/reflectrm eval $(ARGS)
