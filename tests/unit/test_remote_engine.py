@@ -661,3 +661,38 @@ def test_replica_flags_are_the_in_process_engines_arguments():
     assert args[-4:] == ["--host", "127.0.0.1", "--port", "8123"]
     assert "--disable-log-stats" not in args
     assert "--no-disable-log-stats" not in args
+
+
+# --- given tokens' log-probs ------------------------------------------------------------------
+
+
+async def test_token_ids_asked_for_go_as_vllms_logprob_token_ids_and_come_back_as_alternatives():
+    answer = completion(["1"], [[-0.4]])
+    # vLLM 0.32 answers the sampled token and the asked ones, keyed by their text.
+    answer["choices"][0]["logprobs"]["top_logprobs"] = [{"1": -0.4, "2": -9.5}]
+    fleet = Fleet(ok(answer))
+    spec = SamplingSpec(
+        n=1, temperature=0.0, max_tokens=1, top_logprobs=20, logprob_token_ids=(21, 22)
+    )
+    result = await make_engine(fleet).generate(PROMPT, spec, "j1-s1")
+    [body] = fleet.bodies()
+    assert (body["logprob_token_ids"], body["logprobs"]) == ([21, 22], 20)
+    (g,) = result.generations
+    # The answer does not say whether the fleet honoured the ids: read as alternatives.
+    assert g.top_logprobs == ((("1", -0.4), ("2", -9.5)),)
+    assert g.asked_logprobs == ()
+
+
+async def test_prompt_log_probs_from_a_start_are_asked_for_every_token():
+    # vLLM's API cannot let a request with prompt log-probs read the prefix cache.
+    answer = completion(["x"], [[-1.0]])
+    answer["choices"][0]["prompt_logprobs"] = [None, {"12": {"logprob": -0.5}}, {"13": -0.7}]
+    fleet = Fleet(ok(answer))
+    spec = SamplingSpec(
+        n=1, temperature=0.0, max_tokens=1, prompt_logprobs=True, prompt_logprobs_start=2
+    )
+    result = await make_engine(fleet).generate(PROMPT, spec, "j1-l1")
+    [body] = fleet.bodies()
+    assert body["prompt_logprobs"] == 0
+    assert "logprob_token_ids" not in body
+    assert result.prompt_logprobs == (-0.5, -0.7)

@@ -74,9 +74,20 @@ class SamplingSpec:
     # How many of the likeliest tokens to report at each generated position, with their
     # log-probs (``Generation.top_logprobs``); 0: the sampled token's log-prob alone.
     top_logprobs: int = 0
+    # Tokens whose log-probs to report at each generated position whatever their rank
+    # (``Generation.asked_logprobs``), in this order. An engine that can (vLLM's
+    # ``logprob_token_ids``) reports them instead of the likeliest tokens; one that cannot
+    # leaves ``asked_logprobs`` empty and reports ``top_logprobs`` as asked, for the caller to
+    # read instead.
+    logprob_token_ids: tuple[int, ...] = ()
     # Report the log-prob of each prompt token given those before it
     # (``GenerationResult.prompt_logprobs``): a text's likelihood in one prefill.
     prompt_logprobs: bool = False
+    # With prompt_logprobs: the first prompt token whose log-prob is wanted. An engine may then
+    # read the prompt before it from its prefix cache instead of prefilling it; the tokens whose
+    # log-probs it did not compute (before the cache's end) are NaN in the result. 0: every
+    # prompt token's, none read from the cache.
+    prompt_logprobs_start: int = 0
 
 
 # The likeliest tokens at one position: each token's text and log-prob.
@@ -96,6 +107,9 @@ class Generation:
     finish_reason: FinishReason
     tokens: tuple[str, ...] = ()
     top_logprobs: tuple[Alternatives, ...] = ()
+    # With ``SamplingSpec.logprob_token_ids``, per position the log-prob of each of those tokens
+    # in their order; empty when the engine does not give them.
+    asked_logprobs: tuple[tuple[float, ...], ...] = ()
 
     @property
     def num_tokens(self) -> int:
@@ -108,7 +122,8 @@ class GenerationResult:
     prompt_tokens: int
     # Prompt tokens whose KV cache the engine reused from an earlier request (prefix caching).
     cached_prompt_tokens: int = 0
-    # With SamplingSpec.prompt_logprobs: the log-prob of each prompt token but the first.
+    # With SamplingSpec.prompt_logprobs: the log-prob of each prompt token but the first (NaN
+    # where the engine did not compute it: see ``SamplingSpec.prompt_logprobs_start``).
     prompt_logprobs: tuple[float, ...] = ()
 
     @property

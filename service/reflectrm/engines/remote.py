@@ -231,8 +231,21 @@ class RemoteEngine:
             body["stop"] = list(spec.stop)
         if spec.regex is not None:
             body["structured_outputs"] = {"regex": spec.regex}
+        if spec.logprob_token_ids:
+            # vLLM's extension (0.32: ``CompletionRequest.logprob_token_ids``, which needs
+            # ``logprobs`` set): each position's ``top_logprobs`` then holds the sampled token
+            # and these, keyed by their text as usual, whatever their rank. A fleet that ignores
+            # it answers the likeliest ``logprobs`` tokens instead; both are read as
+            # alternatives (``Generation.top_logprobs``), never as ``asked_logprobs``, since
+            # the answer does not say which of the two it is.
+            body["logprob_token_ids"] = list(spec.logprob_token_ids)
+            body["logprobs"] = spec.top_logprobs or len(spec.logprob_token_ids)
         if spec.prompt_logprobs:
-            body["prompt_logprobs"] = 0  # vLLM's extension of the completions API
+            # vLLM's extension of the completions API. ``prompt_logprobs_start`` is not passed:
+            # vLLM's API has no way to let such a request read the prefix cache
+            # (``skip_reading_prefix_cache`` is not a field of its CompletionRequest), so every
+            # prompt token's log-prob is computed, as a start of 0 asks.
+            body["prompt_logprobs"] = 0
         return body
 
     def headers_for(self, request_id: str) -> dict[str, str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -187,14 +188,25 @@ class VLLMEngine:
 
         if self._llm.errored:
             raise EngineError("the vLLM engine has stopped; restart the service")
+        asked = list(spec.logprob_token_ids)
+        from_cache = spec.prompt_logprobs and spec.prompt_logprobs_start > 0
         params = SamplingParams(
             n=spec.n,
             temperature=spec.temperature,
             max_tokens=spec.max_tokens,
             seed=spec.seed,
-            # The sampled token's own log-prob at every position, and the likeliest others'.
-            logprobs=spec.top_logprobs,
+            # The sampled token's own log-prob at every position, and the likeliest others'; or,
+            # with token ids asked for, those tokens' (vLLM takes one or the other: ``logprobs``
+            # must then be unset or their number, and the ids win).
+            logprobs=None if asked else spec.top_logprobs,
+            logprob_token_ids=asked or None,
             prompt_logprobs=0 if spec.prompt_logprobs else None,
+            # vLLM skips the prefix cache for a request with prompt log-probs unless told (its
+            # runner computes them only for the tokens it prefills). Told here when the caller
+            # wants them from a start on: the rows before the cache's end are then never
+            # written, so nothing may detokenize them (the output text is empty).
+            skip_reading_prefix_cache=False if from_cache else None,
+            detokenize=not from_cache,
             stop=list(spec.stop) or None,
             include_stop_str_in_output=True,
             output_kind=RequestOutputKind.FINAL_ONLY,
@@ -214,12 +226,17 @@ class VLLMEngine:
         if final is None:
             raise EngineError(f"the engine returned nothing for request {request_id}")
         outputs = sorted(final.outputs, key=lambda c: c.index)
-        generations = tuple(_generation(c, spec.top_logprobs) for c in outputs)
+        generations = tuple(_generation(c, spec.top_logprobs, asked) for c in outputs)
+        cached = int(getattr(final, "num_cached_tokens", 0) or 0)
         return GenerationResult(
             generations=generations,
             prompt_tokens=len(prompt.token_ids),
-            cached_prompt_tokens=int(getattr(final, "num_cached_tokens", 0) or 0),
-            prompt_logprobs=_prompt_logprobs(final, prompt) if spec.prompt_logprobs else (),
+            cached_prompt_tokens=cached,
+            prompt_logprobs=(
+                _prompt_logprobs(final, prompt, cached if from_cache else 0)
+                if spec.prompt_logprobs
+                else ()
+            ),
         )
 
     async def check_health(self) -> None:
@@ -228,26 +245,37 @@ class VLLMEngine:
         await self._llm.check_health()
 
 
-def _prompt_logprobs(final: Any, prompt: Prompt) -> tuple[float, ...]:
+def _prompt_logprobs(final: Any, prompt: Prompt, cached: int = 0) -> tuple[float, ...]:
     """Each prompt token's log-prob (the first has none): vLLM's entry k maps token ids to
-    log-probs, the prompt's own token k among them."""
+    log-probs, the prompt's own token k among them. The first ``cached`` tokens were read from
+    the prefix cache: the runner (``GPUModelRunner._get_prompt_logprobs_dict``) writes the rows
+    from the first token it prefills on, so tokens 1..cached get NaN, whatever their rows hold."""
     entries = list(final.prompt_logprobs or ())[1:]
     if len(entries) != len(prompt.token_ids) - 1:
         raise EngineError("the engine returned no log-prob for some prompt tokens")
-    return tuple(
-        float(entry[token].logprob)
-        for token, entry in zip(prompt.token_ids[1:], entries, strict=True)
-    )
+    out = [math.nan] * min(cached, len(entries))
+    for token, entry in zip(prompt.token_ids[1 + len(out) :], entries[len(out) :], strict=True):
+        if entry is None or token not in entry:
+            raise EngineError("the engine returned no log-prob for some prompt tokens")
+        out.append(float(entry[token].logprob))
+    return tuple(out)
 
 
-def _generation(c: Any, top: int = 0) -> Generation:
+def _generation(c: Any, top: int = 0, asked: Sequence[int] = ()) -> Generation:
     logprobs: list[float] = []
     tokens: list[str] = []
     alternatives: list[tuple[tuple[str, float], ...]] = []
+    asked_logprobs: list[tuple[float, ...]] = []
     if c.logprobs is not None:
         for token_id, entry in zip(c.token_ids, c.logprobs, strict=False):
             logprobs.append(float(entry[token_id].logprob))
-            if top:
+            if asked:
+                # The sampled token's and the asked ones' (vLLM's sampler puts both in).
+                if any(t not in entry for t in asked):
+                    raise EngineError("the engine returned no log-prob for a token asked for")
+                tokens.append(entry[token_id].decoded_token or "")
+                asked_logprobs.append(tuple(float(entry[t].logprob) for t in asked))
+            elif top:
                 tokens.append(entry[token_id].decoded_token or "")
                 alternatives.append(
                     tuple((lp.decoded_token or "", float(lp.logprob)) for lp in entry.values())
@@ -263,6 +291,7 @@ def _generation(c: Any, top: int = 0) -> Generation:
         finish_reason=finish,
         tokens=tuple(tokens),
         top_logprobs=tuple(alternatives),
+        asked_logprobs=tuple(asked_logprobs),
     )
 
 
