@@ -49,6 +49,7 @@ from reflectrm.judging.types import (
 )
 from reflectrm.judging.verdicts import (
     TOP_LOGPROBS,
+    digit_pair,
     digit_probabilities,
     mean_probabilities,
     verdict_probabilities,
@@ -64,6 +65,16 @@ LIKELIHOOD_CACHE_SIZE = 4096
 # Reflections go before waiting stage-1 requests where the engine schedules by priority, so a
 # judgment that has reached stage 2 finishes before new ones take the engine.
 REFLECTION_PRIORITY = -1
+
+
+@dataclass
+class _Pass:
+    """A likelihood pass in flight: its task, how many callers await it, and whether one of
+    them has reported its engine work."""
+
+    task: asyncio.Task[tuple[float, EngineUsage]]
+    waiters: int = 0
+    reported: bool = False
 
 
 class MarginUnavailableError(ValueError):
@@ -133,8 +144,13 @@ class Judge:
         # Where an output's deciding digit stands: the decision-first lead, which the enforced
         # format ties to the verdict, else the <Result> sentence that the parser reads.
         self._at_result = not (self.template.decision_first and config.enforce_format)
+        # The token ids of verdict digits 1 and 2 where margin mode reads them, or None.
+        self._digit_ids = self._margin_digit_ids()
         self.margin_error = self._check_margin()
         self._likelihoods: OrderedDict[str, float] = OrderedDict()
+        # The likelihood passes running, by key: every caller of one (conversation, response)
+        # awaits the one pass (see ``likelihood``).
+        self._passes: dict[str, _Pass] = {}
 
     def _candidate(self, index: int, g: Generation) -> Candidate:
         p = parse_output(g.text, "Response", truncated=g.finish_reason == "length")
@@ -149,13 +165,21 @@ class Judge:
             probabilities=verdict_probabilities(g, p.verdict, self._at_result),
         )
 
-    def _check_margin(self) -> str | None:
-        """Why margin mode cannot run on this engine's model, or None: the two verdicts must
-        render as one token sequence that differs in its last token alone."""
+    def _margin_digit_ids(self) -> tuple[int, int] | None:
+        """The two verdict digits' token ids where margin mode reads them (the last token of the
+        chat ending in each verdict), or None where the two verdicts do not render as one token
+        sequence that differs in its last token alone."""
         conv = (Message("user", "q"),)
         ones = self.engine.render_chat(margin_chat(self.template, conv, "a", "b", 1)).token_ids
         twos = self.engine.render_chat(margin_chat(self.template, conv, "a", "b", 2)).token_ids
         if len(ones) != len(twos) or ones[:-1] != twos[:-1] or ones[-1] == twos[-1]:
+            return None
+        return ones[-1], twos[-1]
+
+    def _check_margin(self) -> str | None:
+        """Why margin mode cannot run on this engine's model, or None: the two verdicts must
+        render as one token sequence that differs in its last token alone."""
+        if self._digit_ids is None:
             return (
                 "margin mode needs each verdict digit to be one token of the tokenizer of "
                 f"{self.engine.model_name} after the same prefix; it is not: use mode single or "
@@ -257,7 +281,15 @@ class Judge:
         output in single mode, else ``n`` (default the request's num_candidates) seeded
         candidates."""
         if request.mode == "margin":
-            return SamplingSpec(n=1, temperature=0.0, max_tokens=1, top_logprobs=TOP_LOGPROBS)
+            # Both digits' own log-probs, whatever their rank; the likeliest 20 where the
+            # engine cannot give those (``_margin_candidate`` reads what came back).
+            return SamplingSpec(
+                n=1,
+                temperature=0.0,
+                max_tokens=1,
+                top_logprobs=TOP_LOGPROBS,
+                logprob_token_ids=self._digit_ids or (),
+            )
         single = request.mode == "single"
         return SamplingSpec(
             n=1 if single else (n or request.num_candidates),
@@ -322,13 +354,59 @@ class Judge:
         self, conversation: Sequence[Message], response: str, request_id: str
     ) -> tuple[float, EngineUsage]:
         """The mean log-prob of ``response``'s tokens as the model's own answer to the
-        conversation (one prefill), and the engine work it took (none when it was cached)."""
+        conversation (one prefill), and the engine work it took: one pass per (conversation,
+        response), however many judgments ask for it at once (the two orders of a pair, the
+        pairs of a group, concurrent calls). Its value is kept (``LIKELIHOOD_CACHE_SIZE``);
+        while it runs every caller awaits it, and one of them, the first it answers, reports
+        its engine work (the others none), so that summed usage is the work done. A caller
+        cancelled leaves the pass to the others; the pass is cancelled (its engine request
+        aborted) when none waits any more. A failed pass is kept by no one: the next caller
+        runs it again."""
         key = hashlib.sha256(
             json.dumps([[(m.role, m.content) for m in conversation], response]).encode()
         ).hexdigest()
         if key in self._likelihoods:
             self._likelihoods.move_to_end(key)
             return self._likelihoods[key], EngineUsage()
+        flight = self._passes.get(key)
+        if flight is None:
+            task = asyncio.ensure_future(self._likelihood_pass(conversation, response, request_id))
+            flight = self._passes[key] = _Pass(task)
+            task.add_done_callback(lambda t: self._pass_done(key, flight))
+        flight.waiters += 1
+        try:
+            value, usage = await asyncio.shield(flight.task)
+        finally:
+            flight.waiters -= 1
+            if flight.waiters == 0 and not flight.task.done():
+                # Nobody waits any more: abort it, and let no later caller join it.
+                if self._passes.get(key) is flight:
+                    del self._passes[key]
+                flight.task.cancel()
+        if flight.reported:
+            return value, EngineUsage()
+        flight.reported = True
+        return value, usage
+
+    def _pass_done(self, key: str, flight: _Pass) -> None:
+        """A pass ended: forget it, and keep its value when it has one."""
+        if self._passes.get(key) is flight:
+            del self._passes[key]
+        if flight.task.cancelled() or flight.task.exception() is not None:
+            return  # (the exception, retrieved here, is raised to each caller waiting)
+        self._likelihoods[key] = flight.task.result()[0]
+        self._likelihoods.move_to_end(key)
+        if len(self._likelihoods) > LIKELIHOOD_CACHE_SIZE:
+            self._likelihoods.popitem(last=False)
+
+    async def _likelihood_pass(
+        self, conversation: Sequence[Message], response: str, request_id: str
+    ) -> tuple[float, EngineUsage]:
+        """One likelihood pass: the response's tokens' log-probs in one prefill of the answer
+        chat. The engine may read the conversation from its prefix cache (the log-probs asked
+        from the response's first token on); where its cache reached into the response, so
+        that some of the log-probs wanted were not computed, the pass is asked again without
+        the cache."""
         question = [*answer_chat(conversation, "")[:-1]]
         prefix, full = await asyncio.to_thread(
             lambda: (
@@ -339,14 +417,24 @@ class Judge:
         start = _common_prefix(prefix.token_ids, full.token_ids)
         if start >= len(full.token_ids):
             return 0.0, EngineUsage()
-        spec = SamplingSpec(n=1, temperature=0.0, max_tokens=1, prompt_logprobs=True)
+        # prompt_logprobs[k] is token k+1's: the response's are those from start - 1 on.
+        first = max(0, start - 1)
+        spec = SamplingSpec(
+            n=1,
+            temperature=0.0,
+            max_tokens=1,
+            prompt_logprobs=True,
+            prompt_logprobs_start=max(1, start),
+        )
         result = await self.engine.generate(full, spec, request_id)
-        own = result.prompt_logprobs[max(0, start - 1) :]
-        value = sum(own) / len(own) if own else 0.0
-        self._likelihoods[key] = value
-        if len(self._likelihoods) > LIKELIHOOD_CACHE_SIZE:
-            self._likelihoods.popitem(last=False)
-        return value, EngineUsage.of(result)
+        usage = EngineUsage.of(result)
+        own = result.prompt_logprobs[first:]
+        if any(math.isnan(lp) for lp in own):
+            spec = dataclasses.replace(spec, prompt_logprobs_start=0)
+            result = await self.engine.generate(full, spec, request_id + "-full")
+            usage = usage + EngineUsage.of(result)
+            own = result.prompt_logprobs[first:]
+        return (sum(own) / len(own) if own else 0.0), usage
 
     async def run_from(
         self, request: JudgmentSpec, drawn: DrawnCandidates, request_id: str
@@ -502,9 +590,14 @@ def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 def _margin_candidate(index: int, g: Generation) -> Candidate:
-    """Margin mode's one output: the verdict digit's alternatives; the verdict is the likelier
-    digit, and without alternatives (an engine that returned none) there is no verdict."""
-    probabilities = digit_probabilities(g.top_logprobs[0]) if g.top_logprobs else None
+    """Margin mode's one output: the two verdict digits' own log-probs (asked for by token id),
+    else the position's likeliest tokens (an engine that ignored the ids); the verdict is the
+    likelier digit, and without either (an engine that returned neither) there is no verdict."""
+    probabilities = None
+    if g.asked_logprobs and len(g.asked_logprobs[0]) == 2:
+        probabilities = digit_pair(g.asked_logprobs[0])
+    elif g.top_logprobs:
+        probabilities = digit_probabilities(g.top_logprobs[0])
     verdict: int | None = None
     error: str | None = "no_probability"
     if probabilities is not None:

@@ -18,7 +18,8 @@ from reflectrm.engines.base import Alternatives, Generation
 
 DIGITS = ("1", "2")
 # Alternatives asked for at each generated position: both digits were always among the top 20
-# of the judges measured (docs/method-choices.md).
+# of the judges measured (docs/method-choices.md). Margin mode asks for the two digits' own
+# log-probs besides, which an engine that can gives whatever their rank (``digit_pair``).
 TOP_LOGPROBS = 20
 # The end of the text before a verdict digit ("... Response", "<Result>Critique ").
 _BEFORE_DIGIT = re.compile(r"(Response|Critique)\s*$")
@@ -40,6 +41,19 @@ def digit_probabilities(alternatives: Alternatives) -> tuple[float, float] | Non
     p1 = mass[0] or floor
     p2 = mass[1] or floor
     return p1 / (p1 + p2), p2 / (p1 + p2)
+
+
+def digit_pair(logprobs: Sequence[float]) -> tuple[float, float] | None:
+    """(p1, p2), summing to 1, from the two verdict digits' own log-probs (asked for by token id,
+    so neither is ever missing): ``digit_probabilities`` of a list holding both, without its
+    floor. None when neither has any probability."""
+    lp1, lp2 = logprobs
+    if math.isnan(lp1) or math.isnan(lp2) or lp1 == lp2 == -math.inf:
+        return None
+    # exp(lp1) / (exp(lp1) + exp(lp2)) and its complement, each from the log-odds (bounded so
+    # that neither is 0, as the listed digits' never are): exact where the exps underflow.
+    d = max(-700.0, min(700.0, lp1 - lp2))
+    return 1.0 / (1.0 + math.exp(-d)), 1.0 / (1.0 + math.exp(d))
 
 
 def deciding_index(tokens: Sequence[str], at_result: bool) -> int | None:
