@@ -187,6 +187,13 @@ class Metrics:
             ["stage"],
             registry=r,
         )
+        self.cached_prompt_tokens = Counter(
+            f"{PREFIX}cached_prompt_tokens_total",
+            "Of the prompt tokens sent, those the engine read from its prefix cache instead of "
+            "computing them, by stage.",
+            ["stage"],
+            registry=r,
+        )
         self.swap_checks = Counter(
             f"{PREFIX}swap_checks_total",
             "Positional-consistency checks (the pair judged again with the responses swapped): "
@@ -309,6 +316,7 @@ class Metrics:
                 self.outputs,
                 self.generated_tokens,
                 self.prompt_tokens,
+                self.cached_prompt_tokens,
             ):
                 family.labels(stage)
         for source in SWAP_SOURCES:
@@ -405,6 +413,7 @@ class Metrics:
         self.outputs.labels(stage).inc(len(result.generations))
         self.generated_tokens.labels(stage).inc(result.generated_tokens)
         self.prompt_tokens.labels(stage).inc(result.prompt_tokens)
+        self.cached_prompt_tokens.labels(stage).inc(result.cached_prompt_tokens)
 
     def observe_swap_check(self, source: SwapSource, result: SwapResult) -> None:
         self.swap_checks.labels(source, result).inc()
