@@ -177,6 +177,7 @@ def request_body(
         body["messages"] = [{"role": m.role, "content": m.content} for m in conv]
     body["responses"] = [chosen, rejected] if chosen_first else [rejected, chosen]
     body["mode"] = modes[index % len(modes)]
+    body["debias"] = "none"  # one judgment a request, whatever the served judge's default
     body["seed"] = (seed + index) % 2**31
     body["max_tokens"] = max_tokens
     return body

@@ -28,7 +28,6 @@ from reflectrm.checkpoints.resolve import (
 from reflectrm.engines.config import EngineConfig, RemoteConfig
 from reflectrm.judging import defaults
 from reflectrm.judging.config import JudgeConfig
-from reflectrm.judging.debias import Debias
 from reflectrm.judging.types import Mode, Scoring
 
 __all__ = [
@@ -84,6 +83,10 @@ _SOURCES: dict[type, tuple[str, dict[str, str]]] = {
     # A check is abandoned after the deadline of the judgment it repeats.
     SwapCheckConfig: ("swap_check_", {"timeout_s": "request_timeout_s"}),
 }
+
+
+# judging.debias's Debias, spelled here: the settings import no module that imports the judge.
+Debias = Literal["none", "swap"]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -42,6 +42,7 @@ BODY = {
     "prompt": "What is 2 + 2?",
     "responses": ["4", "5"],
     "mode": "reflect",
+    "debias": "none",
     "seed": 11,
     "max_tokens": 64,
 }

@@ -160,8 +160,6 @@ def test_the_readme_request_is_the_readmes():
     assert body == {
         "prompt": "What is the capital of France?",
         "responses": ["The capital of France is Paris.", "The capital of France is Berlin."],
-        "seed": 7,
-        "max_tokens": 96,
     }
     with pytest.raises(ValueError, match="no `curl"):
         gpu_check.readme_request("# no example here")

@@ -290,6 +290,7 @@ def judge_body(unit: PoolUnit, settings: GroupSettings) -> dict[str, Any]:
         **conversation_fields(unit.group.conversation),
         "responses": list(unit.responses),
         "mode": settings.mode,
+        "debias": "none",  # a pool judgment is one order; the pool holds both
         "num_candidates": settings.num_candidates,
         "max_tokens": settings.max_tokens,
         "seed": unit.seed,

@@ -309,6 +309,7 @@ class HttpBackend:
         body.update(
             responses=list(unit.responses),
             mode=unit.mode.mode,
+            debias="none",  # a unit is one order: the evaluation judges both orders itself
             num_candidates=unit.num_candidates,
             seed=unit.seed,
             max_tokens=unit.max_tokens,
