@@ -71,6 +71,10 @@ def _legacy(manifest: dict[str, Any], key: str) -> dict[str, Any] | None:
 def figure(manifest: dict[str, Any], key: str) -> dict[str, Any] | None:
     figures = manifest.get("figures")
     found = figures.get(key) if isinstance(figures, dict) else None
+    if key == "cost" and isinstance(found, dict) and found.get("prompt_tokens") is not None:
+        # What a judgment costs on a CPU is its prefill: the prompt tokens beside the generated.
+        prompt = f"{float(found['prompt_tokens']):,.0f} prompt tokens"
+        found = {**found, "unit": f"{found.get('unit', '')} and {prompt}"}
     if key == "cost" and isinstance(found, dict) and figures.get("mode"):
         found = {**found, "unit": f"{found.get('unit', '')} ({figures['mode']})".strip()}
     if isinstance(found, dict) and found.get("value") is not None:
