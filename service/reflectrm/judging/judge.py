@@ -24,6 +24,7 @@ from reflectrm.engines.base import Engine, Generation, GenerationResult, Prompt,
 from reflectrm.engines.request_ids import reflection_request_id, rollout_request_id
 from reflectrm.judging.confidence import bottom_fraction_confidence
 from reflectrm.judging.config import JudgeConfig
+from reflectrm.judging.modes import mode_spec
 from reflectrm.judging.parsing import parse_output
 from reflectrm.judging.prompts import (
     CRITIQUE_VERDICTS,
@@ -221,19 +222,27 @@ class Judge:
         can end in a verdict: the tags and the longest verdict sentence (a reflection's too, in
         reflect mode) around a one-character analysis, in this model's tokens. Below it no
         output has a verdict, whatever the model. None when the format is not enforced."""
-        if self._format_tokens is None or mode == "margin":
+        spec = mode_spec(mode)
+        if self._format_tokens is None or spec.reads_digit:
             return None  # margin mode writes one token, the verdict digit, with no format
         stage1 = self._format_tokens[RESPONSE_VERDICTS]
-        return max(stage1, self._format_tokens[CRITIQUE_VERDICTS]) if mode == "reflect" else stage1
+        return max(stage1, self._format_tokens[CRITIQUE_VERDICTS]) if spec.reflects else stage1
+
+    def unavailable(self, mode: Mode) -> str | None:
+        """Why this judge's model cannot judge in ``mode``, or None: the one check of a mode's
+        availability (the service's limits refuse a call with it before admission)."""
+        return self.margin_error if mode_spec(mode).reads_digit else None
 
     # --- preparation (cheap, synchronous: run it in a thread for long inputs) -----------------
 
     def prepare(self, request: JudgmentSpec) -> PreparedJudgment:
         """Render the stage-1 prompt and check every prompt of the judgment fits the context."""
         r1, r2 = request.responses
-        if request.mode == "margin":
-            if self.margin_error is not None:
-                raise MarginUnavailableError(self.margin_error)
+        mode = mode_spec(request.mode)
+        why = self.unavailable(request.mode)
+        if why is not None:
+            raise MarginUnavailableError(why)
+        if mode.reads_digit:
             # The judging prompt and the output's lead up to its verdict digit: the chat that
             # ends in digit 1, less that digit (checked at start to be its last token).
             chat = margin_chat(self.template, request.conversation, r1, r2, 1)
@@ -245,10 +254,10 @@ class Judge:
                 preference_chat(self.template, request.conversation, r1, r2)
             )
         limit = self.engine.max_model_len
-        needed = prompt.num_tokens + (1 if request.mode == "margin" else request.max_tokens)
+        needed = prompt.num_tokens + (1 if mode.reads_digit else request.max_tokens)
         if needed > limit:
             raise PromptTooLongError(needed, limit, "the judging prompt")
-        if request.mode == "reflect" and request.num_candidates > 1:
+        if mode.reflects and request.num_candidates > 1:
             # Each critique is at most one output long; the reflection writes one more.
             needed = prompt.num_tokens + self._reflection_extra_tokens + 3 * request.max_tokens
             if needed > limit:
@@ -280,7 +289,8 @@ class Judge:
         """The stage-1 request: the verdict digit's alternatives alone in margin mode, one greedy
         output in single mode, else ``n`` (default the request's num_candidates) seeded
         candidates."""
-        if request.mode == "margin":
+        mode = mode_spec(request.mode)
+        if mode.reads_digit:
             # Both digits' own log-probs, whatever their rank; the likeliest 20 where the
             # engine cannot give those (``_margin_candidate`` reads what came back).
             return SamplingSpec(
@@ -290,12 +300,12 @@ class Judge:
                 top_logprobs=TOP_LOGPROBS,
                 logprob_token_ids=self._digit_ids or (),
             )
-        single = request.mode == "single"
+        greedy = mode.greedy
         return SamplingSpec(
-            n=1 if single else (n or request.num_candidates),
-            temperature=0.0 if single else self.config.temperature,
+            n=mode.candidates(n or request.num_candidates),
+            temperature=0.0 if greedy else self.config.temperature,
             max_tokens=request.max_tokens,
-            seed=request.seed if (self.config.seeded_sampling and not single) else None,
+            seed=request.seed if (self.config.seeded_sampling and not greedy) else None,
             regex=self._regex(RESPONSE_VERDICTS, request.max_tokens),
             stop=STOP,
             top_logprobs=TOP_LOGPROBS if self.scoring == "probability" else 0,
@@ -310,7 +320,7 @@ class Judge:
         spec = self.stage1_spec(prepared.request, n)
         started = time.monotonic()
         result = await self.engine.generate(prepared.prompt, spec, rollout_request_id(request_id))
-        if prepared.request.mode == "margin":
+        if mode_spec(prepared.request.mode).reads_digit:
             candidate, usage = await self._margin(prepared.request, result, request_id)
             return DrawnCandidates((candidate,), usage, time.monotonic() - started)
         return DrawnCandidates(
@@ -443,14 +453,15 @@ class Judge:
         or a larger one with the same prompt, sampling and seed): the first ``num_candidates`` of
         them are used (all of them in single mode), and the usage reported is theirs alone, as if
         this request had sampled them. The result is the one ``run`` gives."""
-        if request.mode not in ("single", "margin"):
+        mode = mode_spec(request.mode)
+        if not mode.one_candidate:
             drawn = drawn.first(request.num_candidates)
         started = time.monotonic()
         candidates, usage = drawn.candidates, drawn.usage
         parsed = [c for c in candidates if c.verdict is not None]
         if not parsed:
             judgment = _no_verdict(request, candidates, usage)
-        elif request.mode in ("single", "vote", "margin"):
+        elif not mode.reflects:
             judgment = _vote_all(request, candidates, parsed, usage, scoring=self.scoring)
         else:
             judgment = await self._reflect(request, candidates, parsed, usage, request_id)
@@ -677,7 +688,8 @@ def _result(
     scores = (votes[0] / total, votes[1] / total)
     probabilities = [by_index[i].probabilities for i in voters]
     scoring: Scoring = "votes"
-    if (scoring_wanted == "probability" or request.mode == "margin") and all(probabilities):
+    wanted = scoring_wanted == "probability" or mode_spec(request.mode).reads_digit
+    if wanted and all(probabilities):
         scores, scoring = mean_probabilities([p for p in probabilities if p]), "probability"
     return Judgment(
         winner=winner,

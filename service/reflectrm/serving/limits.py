@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 
 from reflectrm.judging.groups import Strategy, design
 from reflectrm.judging.groups import judgments as group_judgments
+from reflectrm.judging.modes import mode_spec
 from reflectrm.judging.types import JudgmentSpec, Message, Mode
 from reflectrm.serving.cohorts import CohortTerms
 from reflectrm.serving.errors import InvalidRequestError, TooMuchWorkError
@@ -52,9 +53,7 @@ def _asked_work(ask: PairAsk, settings: Settings) -> Work:
     """A batch item's engine work as asked, with the server's defaults for what it left unset
     (its own bounds are checked when it is judged)."""
     o = ask.options
-    candidates = (
-        1 if o.mode in ("single", "margin") else (o.num_candidates or settings.num_candidates)
-    )
+    candidates = mode_spec(o.mode).candidates(o.num_candidates or settings.num_candidates)
     return _pair_judgments(ask), candidates, o.max_tokens or settings.max_tokens
 
 
@@ -192,8 +191,8 @@ class Limits:
         # format enforcement) and its template, set when a judge is served.
         self.format_floor: Callable[[Mode], int | None] = lambda mode: None
         self.template_version = ""
-        # Why the served model cannot judge in margin mode (Judge.margin_error), or None.
-        self.margin_error: str | None = None
+        # Why the served model cannot judge in a mode (Judge.unavailable), or None.
+        self.unavailable: Callable[[Mode], str | None] = lambda mode: None
 
     # --- a pair, a batch of pairs -------------------------------------------------------------
 
@@ -204,8 +203,9 @@ class Limits:
                 f"ablation {options.ablation!r} is for evaluation and this server does not "
                 "allow it; start it with REFLECTRM_ALLOW_ABLATIONS=true"
             )
-        if options.mode == "margin" and self.margin_error is not None:
-            raise InvalidRequestError(self.margin_error)
+        why = self.unavailable(options.mode)
+        if why is not None:
+            raise InvalidRequestError(why)
         return Judging(
             mode=options.mode,
             debias=options.debias,
@@ -222,7 +222,7 @@ class Limits:
         return judging.spec(ask.conversation, ask.responses, seed)
 
     def check_pair(self, ask: PairAsk, request: JudgmentSpec) -> None:
-        candidates = 1 if request.mode in ("single", "margin") else request.num_candidates
+        candidates = mode_spec(request.mode).candidates(request.num_candidates)
         self.check_work([(_pair_judgments(ask), candidates, request.max_tokens)])
 
     def check_batch(self, items: Sequence[PairAsk | FailedItem]) -> None:

@@ -158,7 +158,7 @@ class JudgingService:
     def serve_with(self, judge: Judge) -> None:
         self.judge = judge
         self.limits.format_floor = judge.min_max_tokens
-        self.limits.margin_error = judge.margin_error
+        self.limits.unavailable = judge.unavailable
         self.limits.template_version = judge.template.version
         self.unavailable = None
 

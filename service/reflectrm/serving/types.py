@@ -10,6 +10,7 @@ from reflectrm.judging import defaults
 from reflectrm.judging.answers import PairAnswer
 from reflectrm.judging.debias import Debias, Debiased
 from reflectrm.judging.groups import Comparison, CompletionReward, Strategy
+from reflectrm.judging.modes import mode_spec
 from reflectrm.judging.types import (
     Ablation,
     EngineUsage,
@@ -50,7 +51,7 @@ class Judging:
     @property
     def candidates(self) -> int:
         """Candidates (stage-1 outputs) of one judgment: one greedy output in single mode."""
-        return 1 if self.mode in ("single", "margin") else self.num_candidates
+        return mode_spec(self.mode).candidates(self.num_candidates)
 
     def spec(
         self, conversation: tuple[Message, ...], responses: tuple[str, str], seed: int

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from reflectrm.aio import gather_all
 from reflectrm.judging.judge import DrawnCandidates, Judge, PreparedJudgment, PromptTooLongError
+from reflectrm.judging.modes import mode_spec
 from reflectrm.judging.types import Ablation, Judgment, JudgmentSpec, Mode
 from reflectrm_harness.datasets import Pair
 from reflectrm_harness.evaluation.common import (
@@ -41,7 +42,9 @@ if TYPE_CHECKING:  # imported where used: judging in-process needs no HTTP clien
 
 # --- modes ----------------------------------------------------------------------------------
 
-Candidates = Literal["one", "n", "matched"]
+# How many candidates a row judges with: the request's n, or matched compute (2n - 1); a serving
+# mode of one candidate (judging.modes) judges with one whatever this says.
+Candidates = Literal["n", "matched"]
 
 
 @dataclass(frozen=True)
@@ -55,7 +58,7 @@ class ModeSpec:
     candidates: Candidates = "n"
 
     def num_candidates(self, n: int) -> int:
-        if self.candidates == "one":
+        if mode_spec(self.mode).one_candidate:
             return 1
         # Matched compute: ReflectRM makes n sampled plus n-1 reflection generations.
         return 2 * n - 1 if self.candidates == "matched" else n
@@ -66,8 +69,9 @@ class ModeSpec:
 EVAL_MODES: dict[str, ModeSpec] = {
     m.name: m
     for m in (
-        ModeSpec("single", "Single judgment (greedy)", "single", candidates="one"),
-        ModeSpec("margin", "Margin (verdict digit only)", "margin", candidates="one"),
+        # One candidate each, as the serving table says (judging.modes).
+        ModeSpec("single", "Single judgment (greedy)", "single"),
+        ModeSpec("margin", "Margin (verdict digit only)", "margin"),
         ModeSpec("vote", "Majority vote @N", "vote"),
         ModeSpec(
             "vote_matched", "Majority vote @2N-1 (matched compute)", "vote", candidates="matched"
