@@ -15,7 +15,7 @@ import pytest
 
 from examples.policy_grpo import RunSettings, build_trainer
 from loadtests.harness.metrics import parse_metrics
-from reflectrm.checkpoints.base import default_cache_dir, default_model_dir
+from reflectrm.checkpoints.base import default_cache_dir, smollm2_dir
 from reflectrm.integrations.trl import ReflectRMReward, completion_text
 from tests.e2e.conftest import LiveService
 from tests.unit.tiny_models import save_tiny_judge
@@ -49,7 +49,7 @@ def test_two_grpo_steps_of_a_policy_on_the_served_judges_rewards(
 ) -> None:
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(default_model_dir(default_cache_dir()))
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_dir(default_cache_dir()))
     policy = save_tiny_judge(tmp_path / "policy", tokenizer, layers=1)
     settings = RunSettings(
         policy=str(policy),

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from reflectrm.checkpoints.base import default_cache_dir, default_model_dir
+from reflectrm.checkpoints.base import default_cache_dir, smollm2_dir
 from tests.conftest import require
 
 
@@ -16,7 +16,7 @@ def smol_tokenizer() -> Any:
     """The default model's tokenizer and chat template, from the folder set-up prepares."""
     from transformers import AutoTokenizer
 
-    folder = default_model_dir(default_cache_dir())
+    folder = smollm2_dir(default_cache_dir())
     require(
         (folder / "tokenizer.json").exists(),
         f"the default model is not prepared at {folder}: run `make setup`",

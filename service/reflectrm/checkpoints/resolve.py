@@ -19,7 +19,7 @@ from reflectrm.checkpoints.artifact import (
     weights_free,
 )
 from reflectrm.checkpoints.backbones import BACKBONES, assemble_gguf, prepare_backbone
-from reflectrm.checkpoints.base import default_cache_dir, find_gguf, prepare_default_model
+from reflectrm.checkpoints.base import default_cache_dir, find_gguf, prepare_smollm2
 from reflectrm.checkpoints.files import (
     ARTIFACT_DIR,
     ARTIFACT_MANIFEST,
@@ -58,7 +58,7 @@ def prepare_default_judge(
             path = prepare_judge(
                 cache_dir,
                 gguf,
-                lambda: prepare_default_model(cache_dir, say),
+                lambda: prepare_smollm2(cache_dir, say),
                 say,
                 artifact,
                 dtype,
@@ -147,12 +147,12 @@ def prepare_model(
     artifact folder), each once, checking every hash; its folder, or None when the setting names
     something not built here (a checkpoint folder, a hub id). ``reflectrm prepare-model``."""
     if model == BASE_MODEL:
-        return prepare_default_model(cache_dir, say, dtype)
+        return prepare_smollm2(cache_dir, say, dtype)
     local = named_folder(model)
     if is_judge_artifact(local):
         return prepare_default_judge(cache_dir, say, local, dtype)
     if model == DEFAULT_MODEL:  # a package that ships no judge serves the base model
-        return prepare_default_model(cache_dir, say, dtype)
+        return prepare_smollm2(cache_dir, say, dtype)
     return None
 
 
@@ -174,7 +174,7 @@ def resolve_model(
             if build:
                 path = prepare_model(model, cache_dir, dtype, say)
             elif model == BASE_MODEL or not is_judge_artifact(named_folder(model)):
-                path = prepare_default_model(cache_dir, say, dtype, build=False)
+                path = prepare_smollm2(cache_dir, say, dtype, build=False)
             else:
                 path = prepare_default_judge(cache_dir, say, named_folder(model), dtype, False)
         except NotPreparedError as exc:

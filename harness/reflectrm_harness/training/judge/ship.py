@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from reflectrm.checkpoints.base import (
-    DEFAULT_MODEL_NAME,
     GGUF_NAME,
+    SMOLLM2_NAME,
     WHEEL,
     default_cache_dir,
     find_gguf,
@@ -58,7 +58,7 @@ def ship_judge(
     shutil.copyfile(run / ADAPTER_DIR / ADAPTER_WEIGHTS, to / ADAPTER_WEIGHTS)
     adapter_config = json.loads((run / ADAPTER_DIR / ADAPTER_CONFIG).read_text())
     # peft records the base model's path on the training machine: name it instead.
-    adapter_config["base_model_name_or_path"] = DEFAULT_MODEL_NAME
+    adapter_config["base_model_name_or_path"] = SMOLLM2_NAME
     (to / ADAPTER_CONFIG).write_text(json.dumps(adapter_config, indent=2, sort_keys=True) + "\n")
     shipped = [ADAPTER_WEIGHTS, ADAPTER_CONFIG, SPLIT_FILE]
     (to / VERDICT_WEIGHTS).unlink(missing_ok=True)
@@ -73,7 +73,7 @@ def ship_judge(
         "name": name,
         "template_version": summary["config"]["template_version"],
         "base_model": {
-            "name": DEFAULT_MODEL_NAME,
+            "name": SMOLLM2_NAME,
             "source": WHEEL,
             "gguf": GGUF_NAME,
             "gguf_sha256": file_sha256(gguf),
