@@ -1,6 +1,6 @@
 """``reflectrm train``: two recipes over a small core (docs/training.md).
 
-- ``judge/``: the recipe that built the served default judge (artifacts/judge): a held-out
+- ``judge/``: the recipe that built the `smollm2` judge (artifacts/judge): a held-out
   split, supervised LoRA training of the output format (``sft``), an added verdict layer fitted
   on that run's states (``verdict_layer``), and shipping the result with its manifest
   (``ship``); ``heldout`` writes the held-out pairs for ``reflectrm eval``. The Qwen judge
