@@ -46,6 +46,9 @@ if __package__ in (None, ""):  # run as a script: make the repo importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from loadtests import bench_report
+from loadtests.common.ports import free_port
+from loadtests.common.process import RunError, launch, launch_service, stop_process, wait_ready
+from loadtests.common.process import Service as Proc
 from loadtests.contenders import (
     KINDS,
     LIMIT,
@@ -63,9 +66,6 @@ from loadtests.contenders import (
     open_async_llm,
     vllm_serve_command,
 )
-from loadtests.harness.ports import free_port
-from loadtests.harness.process import RunError, launch, launch_service, stop_process, wait_ready
-from loadtests.harness.process import Service as Proc
 from loadtests.scenarios import REPO, Pairs, load_pairs, request_body
 from reflectrm_harness.portable import portable
 

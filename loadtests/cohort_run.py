@@ -36,8 +36,8 @@ import httpx
 if __package__ in (None, ""):  # run as a script: make the repo importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from loadtests.harness.metrics import by_label, parse_metrics
-from loadtests.harness.process import RunError, served
+from loadtests.common.metrics import by_label, parse_metrics
+from loadtests.common.process import RunError, served
 from loadtests.summary import latency_summary
 
 ROOT = Path(__file__).resolve().parents[1]

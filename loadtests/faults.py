@@ -38,8 +38,8 @@ import psutil
 if __package__ in (None, ""):  # run as a script: make the repo importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from loadtests.harness.family import Watched, WatchedServe, reflectrm_command, reflectrm_env
-from loadtests.harness.process import RunError, wait_for
+from loadtests.common.family import Watched, WatchedServe, reflectrm_command, reflectrm_env
+from loadtests.common.process import RunError, wait_for
 from reflectrm_harness.portable import portable
 
 ROOT = Path(__file__).resolve().parents[1]

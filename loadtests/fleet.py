@@ -23,9 +23,9 @@ from typing import Any
 
 import httpx
 
-from loadtests.harness.metrics import parse_metrics
-from loadtests.harness.ports import HOST, free_port
-from loadtests.harness.process import kill_group, launch, stop_process, wait_ready
+from loadtests.common.metrics import parse_metrics
+from loadtests.common.ports import HOST, free_port
+from loadtests.common.process import kill_group, launch, stop_process, wait_ready
 from reflectrm.engines.config import EngineConfig
 from reflectrm.engines.factory import resolve
 from reflectrm.engines.vllm_engine import vllm_serve_args

@@ -38,7 +38,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from loadtests.harness.process import stop_process
+from loadtests.common.process import stop_process
 
 REPO = Path(__file__).resolve().parents[1]
 VENV = REPO / ".venv"
@@ -292,7 +292,7 @@ print(json.dumps({
 def run_checks(args: argparse.Namespace) -> int:
     """Phase 2, under the project's environment: every step after the set-up, then the summary."""
     from loadtests import gpu_check_summary
-    from loadtests.harness.process import RunError, launch_service, wait_ready
+    from loadtests.common.process import RunError, launch_service, wait_ready
 
     out: Path = args.out
     steps = Steps(out, args.budget)

@@ -29,7 +29,7 @@ import uvicorn
 if __package__ in (None, ""):  # run as a script: make the repo importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from loadtests.harness.ports import free_port
+from loadtests.common.ports import free_port
 from reflectrm.app import create_app
 from reflectrm.engines.base import ChatMessage, GenerationResult, Prompt, SamplingSpec, plain_text
 from reflectrm.settings import Settings

@@ -32,8 +32,8 @@ import httpx
 if __package__ in (None, ""):  # run as a script: make the repo importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from loadtests.harness.metrics import parse_metrics
-from loadtests.harness.process import RunError, served, stop_process
+from loadtests.common.metrics import parse_metrics
+from loadtests.common.process import RunError, served, stop_process
 
 ROOT = Path(__file__).resolve().parents[1]
 PAIR = {

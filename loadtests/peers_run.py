@@ -50,8 +50,8 @@ if __package__ in (None, ""):  # run as a script: make the repo importable
 
 from loadtests.cohort_run import PROMPTS as COHORT_PROMPTS
 from loadtests.cohort_run import chat_prompt
-from loadtests.harness.metrics import by_label, parse_metrics
-from loadtests.harness.process import RunError, peer_set
+from loadtests.common.metrics import by_label, parse_metrics
+from loadtests.common.process import RunError, peer_set
 from loadtests.summary import latency_summary
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -33,8 +33,8 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make the repo importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from loadtests.harness.ports import is_loopback
-from loadtests.harness.process import RunError, launch, served, stop_process, tail
+from loadtests.common.ports import is_loopback
+from loadtests.common.process import RunError, launch, served, stop_process, tail
 from loadtests.scenarios import DEFAULT_PAIRS, REPO, SCENARIOS, Scenario
 from loadtests.summary import format_summary, read_failures, read_stats, summarize
 

@@ -29,8 +29,8 @@ from typing import Any
 
 import httpx
 
-from loadtests.harness.metrics import parse_metrics
-from loadtests.harness.process import launch_service, stop_process, wait_ready
+from loadtests.common.metrics import parse_metrics
+from loadtests.common.process import launch_service, stop_process, wait_ready
 from reflectrm_harness.datasets import read_pairs
 from reflectrm_harness.training.judge.figures import wilson
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import uvicorn
 
-from loadtests.harness.ports import free_port
+from loadtests.common.ports import free_port
 
 
 class Served:

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from loadtests.harness.metrics import parse_metrics
+from loadtests.common.metrics import parse_metrics
 from tests.api.conftest import PreferenceEngine, served
 
 A, B, C, D = "alpha answer", "b", "gamma", "delta"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from loadtests.harness.metrics import parse_metrics
+from loadtests.common.metrics import parse_metrics
 from reflectrm.app import create_app
 from reflectrm.metrics import Metrics
 from reflectrm.settings import Settings

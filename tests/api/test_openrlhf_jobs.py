@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
-from loadtests.harness.metrics import parse_metrics
+from loadtests.common.metrics import parse_metrics
 from reflectrm.api.auth import tenant_of_key
 from tests.api.conftest import PreferenceEngine, served
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from loadtests.harness.metrics import parse_metrics
+from loadtests.common.metrics import parse_metrics
 from reflectrm.app import create_app
 from reflectrm.engines.base import GenerationResult, Prompt, SamplingSpec
 from reflectrm.settings import Settings

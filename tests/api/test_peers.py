@@ -18,8 +18,8 @@ from typing import Any
 import httpx
 import pytest
 
-from loadtests.harness.metrics import parse_metrics
-from loadtests.harness.ports import free_ports
+from loadtests.common.metrics import parse_metrics
+from loadtests.common.ports import free_ports
 from reflectrm.api.auth import tenant_of_key
 from reflectrm.app import create_app
 from reflectrm.serving.ownership import owner

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from loadtests.harness.metrics import parse_metrics
+from loadtests.common.metrics import parse_metrics
 from tests.api.conftest import PreferenceEngine, served
 
 PROMPT = "<|im_start|>user\nWhat is asked?<|im_end|>\n<|im_start|>assistant\n"

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from loadtests.harness.metrics import parse_metrics
+from loadtests.common.metrics import parse_metrics
 from reflectrm.api.auth import tenant_of_key
 from reflectrm.app import create_app
 from reflectrm.engines.base import GenerationResult, Prompt, SamplingSpec

@@ -30,7 +30,7 @@ from typing import Any
 import httpx
 import pytest
 
-from loadtests.harness.ports import free_port
+from loadtests.common.ports import free_port
 from reflectrm.settings import Settings
 from tests.conftest import require_shared_data
 from tests.docker.conftest import ENGINE_ENV, ROOT, Containers, Docker, tail, unavailable

@@ -22,7 +22,7 @@ import httpx
 import pytest
 import uvicorn
 
-from loadtests.harness.ports import free_port
+from loadtests.common.ports import free_port
 from reflectrm.app import create_app
 from reflectrm.engines import open_engine
 from reflectrm.engines.base import Engine, GenerationResult, Prompt, SamplingSpec

@@ -12,9 +12,9 @@ import time
 import httpx
 import pytest
 
-from loadtests.harness.family import SMALL
-from loadtests.harness.metrics import parse_metrics
-from loadtests.harness.process import launch_service, stop_process, wait_ready
+from loadtests.common.family import SMALL
+from loadtests.common.metrics import parse_metrics
+from loadtests.common.process import launch_service, stop_process, wait_ready
 from tests.e2e.conftest import E2E_MAX_TOKENS, default_model_name, separate_service
 
 PAIR = {

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 
-from loadtests.harness.metrics import parse_metrics
+from loadtests.common.metrics import parse_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 SENT = 4

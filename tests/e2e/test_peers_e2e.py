@@ -28,10 +28,10 @@ import httpx
 import pytest
 
 from loadtests.cohort_run import chat_prompt
-from loadtests.harness.family import WatchedServe, reflectrm_env
-from loadtests.harness.metrics import by_label, parse_metrics
-from loadtests.harness.ports import HOST, free_ports
-from loadtests.harness.process import wait_for
+from loadtests.common.family import WatchedServe, reflectrm_env
+from loadtests.common.metrics import by_label, parse_metrics
+from loadtests.common.ports import HOST, free_ports
+from loadtests.common.process import wait_for
 from loadtests.peers_run import ENGINE, FORWARDS, change, owner_of
 from tests.frameworks import load_openrlhf_agent
 

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from examples.policy_grpo import RunSettings, build_trainer
-from loadtests.harness.metrics import parse_metrics
+from loadtests.common.metrics import parse_metrics
 from reflectrm.checkpoints.base import default_cache_dir, smollm2_dir
 from reflectrm.integrations.trl import ReflectRMReward, completion_text
 from tests.e2e.conftest import LiveService

@@ -20,7 +20,7 @@ import pytest
 import uvicorn
 import yaml
 
-from loadtests.harness.ports import free_port
+from loadtests.common.ports import free_port
 from reflectrm.app import create_app
 from tests.api.test_metrics import DASHBOARDS, exposed, named_metrics, parse, value
 from tests.conftest import unavailable

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from loadtests.harness.process import launch_service, stop_process, wait_ready
+from loadtests.common.process import launch_service, stop_process, wait_ready
 from scripts.readme_example import (
     MIRROR_TOLERANCE,
     REQUEST,

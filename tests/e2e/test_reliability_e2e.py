@@ -16,9 +16,9 @@ from typing import Any
 import httpx
 from schemathesis import GenerationMode
 
-from loadtests.harness.family import Watched, WatchedServe, reflectrm_command, reflectrm_env
-from loadtests.harness.metrics import parse_metrics
-from loadtests.harness.process import wait_for as harness_wait_for
+from loadtests.common.family import Watched, WatchedServe, reflectrm_command, reflectrm_env
+from loadtests.common.metrics import parse_metrics
+from loadtests.common.process import wait_for as harness_wait_for
 from tests import fuzzing
 from tests.e2e.conftest import LiveService
 

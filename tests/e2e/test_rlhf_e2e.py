@@ -13,7 +13,7 @@ import pytest
 # No skip: `make test` installs the training extra, and CI must fail loudly if it is missing.
 import trl  # noqa: F401
 
-from loadtests.harness.metrics import parse_metrics
+from loadtests.common.metrics import parse_metrics
 from reflectrm.checkpoints.base import default_cache_dir
 from reflectrm.checkpoints.resolve import resolve_model
 from reflectrm.integrations.trl import ReflectRMReward

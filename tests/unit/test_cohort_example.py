@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from loadtests.cohort_example import ROLLOUTS, outranked
+from studies.cohort_example import ROLLOUTS, outranked
 
 
 def test_the_example_has_four_helpful_and_four_unhelpful_rollouts() -> None:

@@ -20,7 +20,7 @@ import jsonschema
 import pytest
 import yaml
 
-from loadtests.harness.ports import free_port
+from loadtests.common.ports import free_port
 from reflectrm.settings import Settings
 from tests.conftest import SHARED_DATA, require, unavailable
 

@@ -3,6 +3,7 @@ headline and the Markdown table, on hand-made input."""
 
 from __future__ import annotations
 
+from loadtests.common.metrics import by_label, parse_metrics
 from loadtests.fairness import (
     delta,
     engine_requests,
@@ -13,7 +14,6 @@ from loadtests.fairness import (
     reused,
     statuses,
 )
-from loadtests.harness.metrics import by_label, parse_metrics
 from loadtests.summary import latency_summary
 
 SCRAPE = """\

@@ -1,4 +1,4 @@
-"""loadtests/harness on stand-in processes: a child's process group stopped in order and left
+"""loadtests/common on stand-in processes: a child's process group stopped in order and left
 empty, a crash, a process family tracked and ended by pid, the waits, the loopback check."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from loadtests.harness.family import Watched, alive, reflectrm_env
-from loadtests.harness.ports import free_port, is_loopback
-from loadtests.harness.process import (
+from loadtests.common.family import Watched, alive, reflectrm_env
+from loadtests.common.ports import free_port, is_loopback
+from loadtests.common.process import (
     RunError,
     Service,
     kill_group,
@@ -218,7 +218,7 @@ READY = (
 
 
 def test_served_starts_waits_for_and_always_stops_the_service(tmp_path, monkeypatch):
-    from loadtests.harness import process
+    from loadtests.common import process
 
     started: list[Service] = []
 
@@ -257,7 +257,7 @@ def test_served_starts_waits_for_and_always_stops_the_service(tmp_path, monkeypa
 
 
 def test_a_peer_set_names_the_whole_set_to_each_replica_and_always_stops_all(tmp_path, monkeypatch):
-    from loadtests.harness import process
+    from loadtests.common import process
 
     started: list[Service] = []
 

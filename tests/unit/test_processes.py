@@ -18,7 +18,7 @@ import httpx
 import psutil
 import pytest
 
-from loadtests.harness.ports import free_port
+from loadtests.common.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": f"{ROOT / 'service'}{os.pathsep}{ROOT}"}

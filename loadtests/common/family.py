@@ -23,9 +23,9 @@ from typing import Any
 import httpx
 import psutil
 
-from loadtests.harness.metrics import parse_metrics
-from loadtests.harness.ports import HOST, free_port
-from loadtests.harness.process import RunError, wait_for, wait_ready
+from loadtests.common.metrics import parse_metrics
+from loadtests.common.ports import HOST, free_port
+from loadtests.common.process import RunError, wait_for, wait_ready
 
 ROOT = Path(__file__).resolve().parents[2]
 # A service of its own on a small machine: 1 GiB of KV cache, a 4096-token context, short

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from loadtests.harness.ports import HOST, free_port, free_ports
+from loadtests.common.ports import HOST, free_port, free_ports
 
 
 class RunError(Exception):

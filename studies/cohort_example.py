@@ -9,7 +9,7 @@ writes each rollout's reward, whether it does what was asked, and how many helpf
 outrank every unhelpful one, to ``--out`` (``cohort_example.json``, ``cohort_example.md``).
 The service is stopped by its pid (SIGINT first).
 
-    env PYTHONPATH=service .venv/bin/python -m loadtests.cohort_example --model qwen05b \
+    env PYTHONPATH=service .venv/bin/python -m studies.cohort_example --model qwen05b \
         --out docs/records/cohort-of-8-rewards/qwen05b
 """
 
@@ -30,7 +30,7 @@ if __package__ in (None, ""):  # run as a script: make the repo importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from loadtests.cohort_run import chat_prompt, openrlhf_body, reward_fields
-from loadtests.harness.process import RunError, served
+from loadtests.common.process import RunError, served
 
 QUESTION = "How do I boil an egg so the yolk is firm?"
 # (rollout, does it do what was asked)
@@ -155,7 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     report: dict[str, Any] = {
-        "command": " ".join(["python -m loadtests.cohort_example", *(argv or sys.argv[1:])]),
+        "command": " ".join(["python -m studies.cohort_example", *(argv or sys.argv[1:])]),
         "model": args.model,
         "machine": {"cpus": os.cpu_count()},
     }
