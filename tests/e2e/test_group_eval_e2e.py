@@ -7,15 +7,13 @@ import asyncio
 
 import httpx
 
-from reflectrm.judging.judge import Judge
-from reflectrm.serving.service import JudgingService
 from reflectrm_harness.evaluation.groups import report as group_report
 from reflectrm_harness.evaluation.groups.data import Group, load_groups
 from reflectrm_harness.evaluation.groups.runner import (
     GroupSettings,
     HttpGroups,
-    InProcessGroups,
     design_plan,
+    in_process_groups,
     run_group_units,
 )
 from tests.conftest import SHARED_DATA, needs
@@ -84,13 +82,11 @@ def test_group_designs_in_process_and_over_http_give_the_same_records(live, engi
     groups = shortest_groups(2)
     units = design_plan(groups, ["knockout", "circular"], ["swap"])
 
-    service = JudgingService(live.settings.model_copy(update={"swap_check_fraction": 0.0}))
-    service.serve_with(Judge(engine, live.settings.judge_config()))
     in_process: list[dict] = []
 
     async def local():
-        await run_group_units(units, InProcessGroups(service), SETTINGS, in_process.append, 1)
-        await service.close("done")
+        async with in_process_groups(live.settings, engine) as backend:
+            await run_group_units(units, backend, SETTINGS, in_process.append, 1)
 
     asyncio.run(local())
 

@@ -16,9 +16,7 @@ import pytest
 
 from reflectrm.engines.base import GenerationResult, Prompt, SamplingSpec
 from reflectrm.judging.groups import STRATEGIES
-from reflectrm.judging.judge import Judge
 from reflectrm.judging.types import Message
-from reflectrm.serving.service import JudgingService
 from reflectrm.settings import Settings
 from reflectrm_harness.datasets import DatasetError
 from reflectrm_harness.evaluation import cli
@@ -28,9 +26,9 @@ from reflectrm_harness.evaluation.groups.data import Group, load_groups, read_gr
 from reflectrm_harness.evaluation.groups.report import chance, rmbench_items
 from reflectrm_harness.evaluation.groups.runner import (
     GroupSettings,
-    InProcessGroups,
     PoolJudgment,
     design_plan,
+    in_process_groups,
     load_rows,
     pool_plan,
     pooled_rewards,
@@ -347,12 +345,11 @@ def _quality_group(gid: str, qualities: Sequence[int], best_first: bool = True) 
 
 
 def _run(units, engine, settings: GroupSettings):
-    service = JudgingService(Settings(swap_check_fraction=0.0, early_exit=True))
-    service.serve_with(Judge(engine, service.settings.judge_config()))
     rows: list[dict] = []
 
     async def go():
-        return await run_group_units(units, InProcessGroups(service), settings, rows.append, 4)
+        async with in_process_groups(Settings(early_exit=True), engine) as backend:
+            return await run_group_units(units, backend, settings, rows.append, 4)
 
     counts = asyncio.run(go())
     return rows, counts

@@ -12,14 +12,12 @@ import httpx
 from test_group_eval import SETTINGS, QualityEngine, _quality_group
 
 from reflectrm.judging.groups import STRATEGIES
-from reflectrm.judging.judge import Judge
-from reflectrm.serving.service import JudgingService
 from reflectrm.settings import Settings
 from reflectrm_harness.evaluation import cli
 from reflectrm_harness.evaluation.groups.runner import (
     HttpGroups,
-    InProcessGroups,
     design_plan,
+    in_process_groups,
     load_rows,
     pool_plan,
     run_group_units,
@@ -48,10 +46,13 @@ def test_http_records_are_the_in_process_records():
     groups = [_quality_group("g1", [3, 1, 4, 2]), _quality_group("g2", [2, 9, 5])]
     units = [*pool_plan(groups, SETTINGS.seed), *design_plan(groups, STRATEGIES, ["none", "swap"])]
 
-    service = JudgingService(Settings(**SERVER))
-    service.serve_with(Judge(QualityEngine(bias=1), service.settings.judge_config()))
     local: list[dict] = []
-    asyncio.run(run_group_units(units, InProcessGroups(service), SETTINGS, local.append, 4))
+
+    async def in_process():
+        async with in_process_groups(Settings(**SERVER), QualityEngine(bias=1)) as backend:
+            await run_group_units(units, backend, SETTINGS, local.append, 4)
+
+    asyncio.run(in_process())
 
     remote: list[dict] = []
     with served(QualityEngine(bias=1), **SERVER) as url:

@@ -34,9 +34,9 @@ from reflectrm_harness.evaluation.groups.data import Group, load_groups, sample_
 from reflectrm_harness.evaluation.groups.runner import (
     GroupSettings,
     HttpGroups,
-    InProcessGroups,
     Unit,
     design_plan,
+    in_process_groups,
     load_rows,
     pool_plan,
     run_group_units,
@@ -240,21 +240,17 @@ async def _in_process(
     gs: GroupSettings,
     todo: list[Unit],
 ) -> None:
-    from reflectrm.serving.service import JudgingService
-
-    async with counted_judge(engine_cfg, settings) as (judge, work):
-        service = JudgingService(settings)
-        service.serve_with(judge)
-        try:
-            with records.Writer(path) as writer:
-                writer.write(portable(header, Path.cwd()))
-                progress = Progress(len(todo), not args.no_progress, unit="record")
-                summary = await run_group_units(
-                    todo, InProcessGroups(service), gs, writer.write, args.concurrency, progress
-                )
-                writer.write(run_end(_counts(summary), work))
-        finally:
-            await service.close("evaluation finished")
+    async with (
+        counted_judge(engine_cfg, settings) as (judge, work),
+        in_process_groups(settings, judge.engine) as backend,
+    ):
+        with records.Writer(path) as writer:
+            writer.write(portable(header, Path.cwd()))
+            progress = Progress(len(todo), not args.no_progress, unit="record")
+            summary = await run_group_units(
+                todo, backend, gs, writer.write, args.concurrency, progress
+            )
+            writer.write(run_end(_counts(summary), work))
 
 
 async def _over_http(

@@ -365,8 +365,8 @@ SCORING = {
     "pooled": "every design scored from one pool per group (round robin, both orders, as the "
     "service judges it); a comparison (a, b) with a > b uses the pool's seed of (b, a) instead of "
     "its own; round robin is exactly as served",
-    "direct": "every design served as the service serves it (JudgingService.group_rewards "
-    "in-process, POST /v1/rewards with --url), each with its own engine work",
+    "direct": "every design served as the service serves it (POST /v1/rewards, to the app in "
+    "process or to --url), each with its own engine work",
 }
 
 

@@ -17,9 +17,9 @@ Two ways to get a design's rewards for a group, both with the service's own code
   scored exactly as served, with swap and without. A design's engine work is what the pooled
   judgments it uses cost (each judgment's own tokens and requests, as recorded).
 - **Direct** (``--direct``): every design run as the service runs it, each with its own engine
-  work: in-process through ``JudgingService.group_rewards``, or over ``--url`` through
-  ``POST /v1/rewards``; the record is the response's body (latency and ids aside), the same
-  either way.
+  work: through ``POST /v1/rewards``, of the service's app in this process (over ASGI) or of a
+  running service (``--url``); the record is the response's body (latency and ids aside), the
+  same either way.
 
 Records are JSONL lines appended as each finishes (``records.Writer``): ``{"type": "pool"}``
 per judgment of a pair in one order, ``{"type": "group"}`` per design served; a rerun judges only
@@ -28,8 +28,9 @@ what is missing.
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -62,7 +63,7 @@ from reflectrm_harness.evaluation.groups.data import Group
 if TYPE_CHECKING:
     import httpx
 
-    from reflectrm.serving.service import JudgingService
+    from reflectrm.engines.base import Engine
 
 
 POOL_STRATEGY: Strategy = "round_robin"
@@ -353,50 +354,28 @@ def error_row(unit: PoolUnit | DesignUnit, error: str) -> dict[str, Any]:
     return {**row, "status": "error", "error": error[:500]}
 
 
-class InProcessGroups:
-    """The service's own operations on an in-process engine: ``judge_pair`` for the pool (what
-    ``POST /v1/judge`` runs), ``group_rewards`` for a design (what ``POST /v1/rewards`` runs),
-    answered as the HTTP edge would (``api.convert``)."""
+# The base URL of the service's app called in this process (over ASGI, no socket).
+IN_PROCESS = "http://in-process"
 
-    def __init__(self, service: JudgingService) -> None:
-        self.service = service
 
-    async def pool(self, unit: PoolUnit, settings: GroupSettings, rid: str) -> dict[str, Any]:
-        from reflectrm.api import convert
-        from reflectrm.judging.judge import PromptTooLongError
-        from reflectrm.serving.context import CallContext
-        from reflectrm.serving.types import Options, PairAsk
+@contextlib.asynccontextmanager
+async def in_process_groups(settings: Any, engine: Engine) -> AsyncIterator[HttpGroups]:
+    """The service's own app on ``engine`` in this process, called as a client calls it over
+    HTTP (``POST /v1/judge`` for the pool, ``POST /v1/rewards`` for a design), through
+    ``httpx.ASGITransport``: the same answers as ``--url``, from the same code."""
+    import httpx
 
-        options = Options(
-            mode=settings.mode,
-            num_candidates=settings.num_candidates,
-            seed=unit.seed,
-            max_tokens=settings.max_tokens,
-        )
-        ask = PairAsk(unit.group.conversation, unit.responses, options)
-        started = time.perf_counter()
-        try:
-            result = await self.service.judge_pair(ask, CallContext(request_id=rid))
-        except PromptTooLongError as exc:
-            return error_row(unit, f"prompt_too_long: {exc}")
-        body = convert.judge_response(result).model_dump(mode="json")
-        return pool_row(unit, body, 1000 * (time.perf_counter() - started))
+    from reflectrm.app import create_app
 
-    async def group(self, unit: DesignUnit, settings: GroupSettings, rid: str) -> dict[str, Any]:
-        from reflectrm.api import convert, schemas
-        from reflectrm.judging.judge import PromptTooLongError
-        from reflectrm.serving.context import CallContext
-
-        body = schemas.RewardsRequest.model_validate(rewards_body(unit, settings))
-        started = time.perf_counter()
-        try:
-            result = await self.service.group_rewards(
-                convert.group_ask(body), CallContext(request_id=rid)
-            )
-        except PromptTooLongError as exc:
-            return error_row(unit, f"prompt_too_long: {exc}")
-        response = convert.rewards_response(result).model_dump(mode="json")
-        return group_row(unit, response, 1000 * (time.perf_counter() - started))
+    # Nothing listens on a port: no API keys; no background swap checks adding engine work.
+    local = settings.model_copy(
+        update={"api_keys": None, "api_key_file": None, "swap_check_fraction": 0.0}
+    )
+    app = create_app(local, engine=engine)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, timeout=None) as client:
+            yield HttpGroups(client, IN_PROCESS)
 
 
 class HttpGroups:
@@ -464,7 +443,7 @@ Unit = PoolUnit | DesignUnit
 
 async def run_group_units(
     units: Sequence[Unit],
-    backend: InProcessGroups | HttpGroups,
+    backend: HttpGroups,
     settings: GroupSettings,
     write: Callable[[dict[str, Any]], object],
     concurrency: int,
