@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 
 import httpx
 
@@ -73,6 +74,10 @@ def differences(a, b, path="", out=None):
     elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
         for i, (x, y) in enumerate(zip(a, b, strict=True)):
             differences(x, y, f"{path}[{i}]", out)
+    elif isinstance(a, float) and isinstance(b, float):
+        # Two runs batch their engine requests differently: float32 log-probs move by ~1e-10.
+        if not math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-6):
+            out.append(f"{path}: {a!r} != {b!r}")
     elif a != b:
         out.append(f"{path}: {a!r} != {b!r}")
     return out[:20]
@@ -102,7 +107,7 @@ def test_group_designs_in_process_and_over_http_give_the_same_records(live, engi
     assert len(in_process) == len(over_http) == 4
     assert all(r["status"] == "ok" for r in in_process), in_process
     first, second = comparable(in_process), comparable(over_http)
-    assert first == second, differences(first, second)
+    assert not differences(first, second)
     assert sorted(g.id for g in groups) == ["chat-622", "safety-refuse-3542"]
     assert sorted((r["group_id"], r["strategy"]) for r in in_process) == sorted(EXPECTED)
     for r in in_process:
