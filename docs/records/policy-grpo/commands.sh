@@ -12,8 +12,8 @@ taskset -c 1 env PYTHONPATH=. OMP_NUM_THREADS=1 .venv/bin/python -m examples.pol
   --url http://127.0.0.1:8100 --out runs/policy/run1 --steps 60 --threads 1
 
 # After step 15 the trainer and the judge were stopped (SIGINT) and the judge restarted on the
-# code with shared likelihood passes and verdict digits read by id (same rewards: the probe call
-# of judge-metrics-at-resume.txt gave the same four rewards as before, to 1e-15); the same train
+# code with shared likelihood passes and verdict digits read by id (one probe /v1/rewards call of
+# 4 completions, counted in judge-metrics-at-resume.txt); the same train
 # command resumed from trainer/checkpoint-15. judge-metrics-at-resume.txt is /metrics just after
 # that probe; judge-metrics-after-training.txt is /metrics when training ended.
 

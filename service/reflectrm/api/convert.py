@@ -58,14 +58,13 @@ class AsksJudging(Protocol):
     def seed(self) -> int | None: ...
 
 
-def options_of(body: AsksJudging, ablation: types.Ablation = "none") -> Options:
+def options_of(body: AsksJudging) -> Options:
     return Options(
         mode=body.mode,
         debias=body.debias,
         num_candidates=body.num_candidates,
         max_tokens=body.max_tokens,
         seed=body.seed,
-        ablation=ablation,
     )
 
 
