@@ -302,9 +302,16 @@ def train(settings: RunSettings, url: str, out: Path) -> Path:
 
 
 def generate(
-    policy: str, adapter: Path | None, questions: Sequence[Question], max_new_tokens: int
+    policy: str,
+    adapter: Path | None,
+    questions: Sequence[Question],
+    max_new_tokens: int,
+    samples: int = 0,
+    seed: int = 0,
 ) -> list[str]:
-    """Greedy completions of the policy (with ``adapter`` when given) to ``questions``."""
+    """Greedy completions of the policy (with ``adapter`` when given) to ``questions``; with
+    ``samples``, that many sampled at temperature 1 per question (a GRPO step's group), the
+    question's together."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -330,11 +337,17 @@ def generate(
             for q in batch
         ]
         enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+        if samples:
+            torch.manual_seed(seed + start)
         with torch.no_grad():
             ids = model.generate(
                 **enc,
                 max_new_tokens=max_new_tokens,
-                do_sample=False,
+                do_sample=bool(samples),
+                temperature=1.0 if samples else None,
+                top_p=1.0 if samples else None,
+                top_k=0 if samples else None,
+                num_return_sequences=max(1, samples),
                 pad_token_id=tokenizer.pad_token_id,
             )
         texts += tokenizer.batch_decode(
@@ -435,7 +448,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         if field != "policy":
             parser.add_argument(f"--{field.replace('_', '-')}", type=type(default), default=default)
     args = parser.parse_args(argv)
-    policy = args.policy or _default_policy()
+    policy = args.policy or default_policy()
     fields = {k: getattr(args, k) for k in asdict(RunSettings(policy="")) if k != "policy"}
     settings = RunSettings(policy=policy, **fields)
     if args.command == "train":
@@ -448,7 +461,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(json.dumps({"paired": result["paired"], **brief}), f"-> {path}")
 
 
-def _default_policy() -> str:
+def default_policy() -> str:
     from reflectrm.checkpoints.base import default_cache_dir
     from reflectrm.checkpoints.resolve import BASE_MODEL, resolve_model
 

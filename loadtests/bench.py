@@ -3,6 +3,7 @@ and what a team would write without it.
 
     python -m loadtests.bench                       # limit, service, peer, naive at c = 1, 4, 16
     python -m loadtests.bench --smoke               # a few tiny judgments, to check it works
+    python -m loadtests.bench rewards --pairs runs/heldout.jsonl  # loadtests/rewards_bench.py
     python -m loadtests.bench --contenders limit,service,service-prio \\
         --variant service-prio:REFLECTRM_SCHEDULING_POLICY=priority
 
@@ -582,6 +583,11 @@ def _raise_interrupt(signum: int, frame: Any) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    given = list(sys.argv[1:] if argv is None else argv)
+    if given[:1] == ["rewards"]:  # the reward scenario (loadtests/rewards_bench.py)
+        from loadtests import rewards_bench
+
+        return rewards_bench.main(given[1:])
     args = parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
     out = Path(args.out) if args.out else REPO / "runs" / "bench" / time.strftime("%Y%m%d-%H%M%S")
