@@ -64,6 +64,9 @@ class JudgmentResult:
     parse_failures: int | None = None
     outputs: int | None = None  # stage-1 candidates plus reflections
     error: str | None = None
+    # Of the stage-1 candidates that gave a verdict, how many distinct analyses (None with one
+    # candidate, or over HTTP, whose reply carries no trace): what reflection has to compare.
+    distinct_analyses: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

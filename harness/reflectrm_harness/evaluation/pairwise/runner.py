@@ -285,7 +285,15 @@ def _result_of(j: Judgment, latency_ms: float) -> JudgmentResult:
         early_exit=j.early_exit,
         parse_failures=j.stage1_parse_failures + j.reflection_parse_failures,
         outputs=len(j.trace.candidates) + len(j.trace.reflections),
+        distinct_analyses=distinct_analyses(j),
     )
+
+
+def distinct_analyses(j: Judgment) -> int | None:
+    """How many different analyses the candidates with a verdict wrote (None for one)."""
+    if len(j.trace.candidates) < 2:
+        return None
+    return len({c.analysis.strip() for c in j.trace.candidates if c.verdict is not None})
 
 
 JUDGE_PATH = "/v1/judge"
