@@ -313,7 +313,7 @@ def test_a_marker_the_vocabulary_spells_is_still_never_produced(
 # --- benign texts: the same text, tokens as the model knows them, a prefix cache that works -----
 
 
-@pytest.mark.parametrize("version", ["v1", "v2"])
+@pytest.mark.parametrize("version", ["v1", "v3"])
 def test_benign_prompts_keep_their_text_and_the_ids_of_the_whole_text(
     tokenizer: Any, version: str
 ) -> None:
@@ -334,7 +334,7 @@ def test_benign_prompts_keep_their_text_and_the_ids_of_the_whole_text(
         whole = tokenizer.encode(rendered_text(tokenizer, messages), add_special_tokens=False)
         assert prompt.text == rendered_text(tokenizer, messages)
         assert list(prompt.token_ids) == whole
-    if version == "v2":
+    if version == "v3":
         # The reflection prompt begins with the stage-1 prompt's tokens through both responses,
         # so the engine's prefix cache serves that part of it.
         a, b = engine.render_chat(stage1).token_ids, engine.render_chat(stage2).token_ids
@@ -375,7 +375,7 @@ async def test_the_engines_hand_on_exactly_the_rendered_token_ids(smol_tokenizer
     assert body["prompt"] == list(prompt.token_ids)
 
 
-@pytest.mark.parametrize("version", ["v1", "v2"])
+@pytest.mark.parametrize("version", ["v1", "v3"])
 def test_markup_changes_the_tokens_of_its_own_text_only(tokenizer: Any, version: str) -> None:
     """Only the tokens of a text that holds markup change (at most the one token at each of its
     edges besides): the rest of the prompt, and so the prefix the engine caches, is as before."""
@@ -391,7 +391,7 @@ def test_markup_changes_the_tokens_of_its_own_text_only(tokenizer: Any, version:
     before = benign.text.index("Nine.")
     assert len(tokenizer.decode(list(a[: head + 1]))) >= before
     assert len(tokenizer.decode(list(a[len(a) - tail - 1 :]))) >= len(benign.text) - before - 5
-    if version == "v2":
+    if version == "v3":
         # A critique that holds markup leaves the reflection prompt's shared prefix alone.
         stage1 = engine.render_chat(preference_messages(template, conversation, "Eleven.", "Nine."))
         reflection = engine.render_chat(

@@ -45,11 +45,12 @@ def test_the_shortest_output_is_the_decision_alone_and_admitted():
             assert re.fullmatch(regex, shortest_output(v, decision_first=True))
 
 
-def test_v3_keeps_v2s_shared_prefix_and_asks_for_the_decision_first():
-    v2, v3 = get_template("v2"), get_template("v3")
-    shared = v2.preference.split("# Task")[0]
-    assert v3.preference.startswith(shared)
+def test_v3_shares_its_prefix_between_the_tasks_and_asks_for_the_decision_first():
+    v1, v3 = get_template("v1"), get_template("v3")
+    shared = v3.preference.split("# Task")[0]
+    assert shared.startswith("# Context\n{context}")
+    assert shared.endswith("[End of Response 2]\n\n")
     assert v3.reflection.startswith(shared)
     assert v3.decision_first
-    assert not v2.decision_first
+    assert not v1.decision_first
     assert 'begin it with "Response 1 is better"' in v3.preference

@@ -111,7 +111,7 @@ def test_neutralize_changes_only_the_template_delimiters():
     assert neutralize("plain text, nothing to change") == "plain text, nothing to change"
 
 
-@pytest.mark.parametrize("version", ["v1", "v2"])
+@pytest.mark.parametrize("version", ["v1", "v3"])
 def test_every_text_of_the_request_is_quoted_never_the_templates_own(version):
     """The engines tokenize Quoted parts as plain text (engines/chat.py): every text that comes
     from the request (turns, responses) or from the model quoting them (critiques) is one."""

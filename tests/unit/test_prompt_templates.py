@@ -18,23 +18,23 @@ def shared_prefix(version: str) -> str:
     return a[:n]
 
 
-def test_v2_reflection_prompt_begins_with_the_stage1_prompt_up_to_both_responses():
-    prefix = shared_prefix("v2")
+def test_v3_reflection_prompt_begins_with_the_stage1_prompt_up_to_both_responses():
+    prefix = shared_prefix("v3")
     assert prefix.startswith("# Context\n[User]\nWhat is 2 + 2?\n\n[Assistant]\n4")
     assert prefix.endswith("No, 5.\n[End of Response 2]\n\n# ")
     assert shared_prefix("v1") == ""  # v1 states the task first: only the system turn is shared
 
 
-def test_v2_keeps_the_v1_verdict_sentences_and_critique_markers():
-    v2 = get_template("v2")
-    user = reflection_messages(v2, CONV, "a", "b", "c-one", "c-two")[1]["content"]
+def test_v3_keeps_the_v1_verdict_sentences_and_critique_markers():
+    v3 = get_template("v3")
+    user = reflection_messages(v3, CONV, "a", "b", "c-one", "c-two")[1]["content"]
     assert "[Critique 1]\nc-one\n[End of Critique 1]" in user
     assert "# Critiques for Judgment" in user
     assert user.endswith(
         "Critique 1 is better than Critique 2\nCritique 2 is better than Critique 1"
     )
-    pref = preference_messages(v2, CONV, "a", "b")[1]["content"]
+    pref = preference_messages(v3, CONV, "a", "b")[1]["content"]
     assert pref.endswith(
         "Response 1 is better than Response 2\nResponse 2 is better than Response 1"
     )
-    assert v2.system == get_template("v1").system
+    assert v3.system == get_template("v1").system

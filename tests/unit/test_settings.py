@@ -37,7 +37,7 @@ ENV: dict[str, tuple[str, Any]] = {
     "engine": ("remote", "remote"),
     "model": ("/models/judge", "/models/judge"),
     "cache_dir": ("/tmp/reflectrm-cache", Path("/tmp/reflectrm-cache")),
-    "template_version": ("v2", "v2"),
+    "template_version": ("v3", "v3"),
     "served_model_name": ("judge", "judge"),
     "device": ("cpu", "cpu"),
     "dtype": ("bfloat16", "bfloat16"),

@@ -58,8 +58,8 @@ def test_the_template_is_the_one_the_judge_was_trained_for() -> None:
 
 
 def test_a_checkpoint_folder_names_its_template(tmp_path: Path) -> None:
-    (tmp_path / MANIFEST).write_text(json.dumps({"template_version": "v2"}))
-    assert trained_template(str(tmp_path)) == "v2"
+    (tmp_path / MANIFEST).write_text(json.dumps({"template_version": "v1"}))
+    assert trained_template(str(tmp_path)) == "v1"
     (tmp_path / MANIFEST).write_text("not json")
     assert trained_template(str(tmp_path)) is None
     # an artifact-looking manifest without weights beside it is no artifact
@@ -76,8 +76,8 @@ def test_the_settings_follow_the_model_unless_the_template_is_set(
     assert Settings(model="qwen05b").template_version == "v3"
     assert Settings(model="qwen05b").judge_config().template_version == "v3"
     assert Settings(model="qwen05b", template_version="v1").template_version == "v1"
-    monkeypatch.setenv("REFLECTRM_TEMPLATE_VERSION", "v2")
-    assert Settings(model="qwen05b").template_version == "v2"
+    monkeypatch.setenv("REFLECTRM_TEMPLATE_VERSION", "v1")
+    assert Settings(model="qwen05b").template_version == "v1"
     monkeypatch.delenv("REFLECTRM_TEMPLATE_VERSION")
     assert Settings(model=BASE_MODEL).template_version == "v1"
     # a remote fleet's model is a name it serves: nothing here to read

@@ -98,10 +98,11 @@ Critique 1 is better than Critique 2
 Critique 2 is better than Critique 1"""
 
 
-# v2: the v1 wording, laid out so that a reflection prompt begins with its judgment's stage-1
-# prompt (system turn, conversation, both responses) and the engine's prefix cache serves that
-# part from stage 1; what differs between the two tasks comes after it.
-_SHARED_V2 = """\
+# The layout of v3: a reflection prompt begins with its judgment's stage-1 prompt (system turn,
+# conversation, both responses), so that the engine's prefix cache serves that part from stage 1;
+# what differs between the two tasks comes after it. (A v2 had this layout with v1's task
+# wording; no judge used it.)
+_SHARED = """\
 # Context
 {context}
 
@@ -115,49 +116,11 @@ _SHARED_V2 = """\
 [End of Response 2]
 """
 
-_PREFERENCE_V2 = (
-    _SHARED_V2
-    + """
-# Task
-Compare the two responses to the final user turn of the conversation above and decide which one is \
-better: more helpful, correct, honest and harmless, and more faithful to what the user asked.
-
-# Output format
-First write your analysis inside <Analysis></Analysis>. Then write exactly one of these two \
-sentences inside <Result></Result>:
-Response 1 is better than Response 2
-Response 2 is better than Response 1"""
-)
-
-_REFLECTION_V2 = (
-    _SHARED_V2
-    + """
-# Critiques for Judgment
-[Critique 1]
-{critique_1}
-[End of Critique 1]
-
-[Critique 2]
-{critique_2}
-[End of Critique 2]
-
-# Task
-The two critiques above each analyse which of the two responses to the conversation is better. \
-Decide which critique is better: more accurate about the responses, better reasoned, and reaching \
-the right conclusion.
-
-# Output format
-First write your analysis inside <Analysis></Analysis>. Then write exactly one of these two \
-sentences inside <Result></Result>:
-Critique 1 is better than Critique 2
-Critique 2 is better than Critique 1"""
-)
-
-# v3: the v2 layout; the analysis begins with the decision ("Response 1 is better") and then says
+# v3: that layout; the analysis begins with the decision ("Response 1 is better") and then says
 # what differs, so the one token that decides comes first (a trained verdict layer acts on it)
 # and the analyses that reflection compares are real critiques, not one fixed sentence.
 _PREFERENCE_V3 = (
-    _SHARED_V2
+    _SHARED
     + """
 # Task
 Compare the two responses to the final user turn of the conversation above and decide which one is \
@@ -174,7 +137,7 @@ Response 2 is better than Response 1"""
 )
 
 _REFLECTION_V3 = (
-    _SHARED_V2
+    _SHARED
     + """
 # Critiques for Judgment
 [Critique 1]
@@ -200,7 +163,6 @@ Critique 2 is better than Critique 1"""
 
 TEMPLATES: dict[str, Template] = {
     "v1": Template("v1", _SYSTEM_V1, _PREFERENCE_V1, _REFLECTION_V1),
-    "v2": Template("v2", _SYSTEM_V1, _PREFERENCE_V2, _REFLECTION_V2),
     "v3": Template("v3", _SYSTEM_V1, _PREFERENCE_V3, _REFLECTION_V3, decision_first=True),
 }
 

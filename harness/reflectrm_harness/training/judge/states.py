@@ -13,8 +13,8 @@ format forces (``<Analysis>Response ``): the next token is the verdict's digit. 
 residual stream leaving the top decoder layer (what an added layer on top reads) and leaving a
 middle layer is kept at:
 
-- ``end1`` / ``end2``: the token closing ``[End of Response k]``. In the template's layout (v2 and
-  later: the responses come before the task) ``end1`` has read only the system turn, the
+- ``end1`` / ``end2``: the token closing ``[End of Response k]``. In the template's layout (v3: the
+  responses come before the task) ``end1`` has read only the system turn, the
   conversation and the first response: over the two orders it is a position-free encoding of
   each response, which is what the backbone comparison reads;
 - ``dec``: the last token, where the verdict's digit is predicted, with the model's own margin
