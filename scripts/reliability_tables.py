@@ -1,18 +1,31 @@
-"""The Markdown tables of docs/reliability.md from the JSON the runs wrote: a fuzz report
-(tests/fuzzing.py's Tally) or overload reports (loadtests/overload.py), printed to stdout.
+"""The Markdown tables of docs/reliability.md, rendered from the JSON the runs saved in
+docs/records/reliability-runs/ (a fuzz report: tests/fuzzing.py's Tally; overload reports:
+loadtests/overload.py; a keep-alive report: loadtests/keepalive.py), never typed by hand.
+tests/unit/test_reliability_tables.py fails when the page no longer holds them.
 
-    .venv/bin/python scripts/reliability_tables.py fuzz docs/records/reliability-runs/fuzz-api.json
-    .venv/bin/python scripts/reliability_tables.py overload \\
-        docs/records/reliability-runs/overload-*.json
+    .venv/bin/python -m scripts.reliability_tables [--write]
+    .venv/bin/python -m scripts.reliability_tables fuzz FILE...
+    .venv/bin/python -m scripts.reliability_tables overload FILE...
+
+Without a kind, every table of the page is printed, each under its marker name; with
+``--write`` each replaces the one between its markers in the page
+(``<!-- reliability-NAME: start -->`` / ``end -->``). With a kind, the table of the given
+files is printed (a new run, before it is saved and named in ``TABLES``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from scripts.generated import replace_between, table_row
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGE = ROOT / "docs" / "reliability.md"
+RUNS = ROOT / "docs" / "records" / "reliability-runs"
 
 
 def counts(statuses: Mapping[str, Any]) -> str:
@@ -28,10 +41,10 @@ def fuzz_table(report: Mapping[str, Any]) -> str:
     rows = ["| operation (generation mode) | cases | statuses |", "|---|---:|---|"]
     totals: dict[str, int] = {}
     for key, statuses in report["statuses"].items():
-        rows.append(f"| `{key}` | {sum(statuses.values())} | {counts(statuses)} |")
+        rows.append(table_row([f"`{key}`", str(sum(statuses.values())), counts(statuses)]))
         for s, n in statuses.items():
             totals[s] = totals.get(s, 0) + n
-    rows.append(f"| **all** | **{report['cases']}** | {counts(totals)} |")
+    rows.append(table_row(["**all**", f"**{report['cases']}**", counts(totals)]))
     return "\n".join(rows)
 
 
@@ -43,16 +56,24 @@ def overload_row(r: Mapping[str, Any]) -> str:
     latency = r["latency_200_s"]
     wait = r["queue_wait"]
     mean = "–" if wait["mean_s"] is None else f"{wait['mean_s']} s"
-    return (
-        f"| {settings or 'defaults'} | {r['sent']} | {r['retries']} | "
-        f"{counts(r['first_attempt_statuses'])} | {counts(r['final_statuses'])} | {lost} | "
-        f"{r['attempts']} | {counts(r['retry_after_seen'])} | {r['seconds']} s | "
-        f"{latency['p50']} / {latency['max']} s | {wait['admitted']} ({wait['waited_0s']} at 0 s), "
-        f"mean {mean} |"
+    return table_row(
+        [
+            settings or "defaults",
+            str(r["sent"]),
+            str(r["retries"]),
+            counts(r["first_attempt_statuses"]),
+            counts(r["final_statuses"]),
+            str(lost),
+            str(r["attempts"]),
+            counts(r["retry_after_seen"]),
+            f"{r['seconds']} s",
+            f"{latency['p50']} / {latency['max']} s",
+            f"{wait['admitted']} ({wait['waited_0s']} at 0 s), mean {mean}",
+        ]
     )
 
 
-def overload_table(reports: list[Mapping[str, Any]]) -> str:
+def overload_table(reports: Sequence[Mapping[str, Any]]) -> str:
     rows = [
         "| limits | sent | retries | first answers | final answers | lost | attempts "
         "| Retry-After (s × times) | wall | 200 latency p50 / max "
@@ -63,17 +84,90 @@ def overload_table(reports: list[Mapping[str, Any]]) -> str:
     return "\n".join(rows)
 
 
+def keepalive_table(report: Mapping[str, Any]) -> str:
+    """One column per wait: the requests that got no answer, of all sent after that wait."""
+    by_wait: Mapping[str, Mapping[str, int]] = report["by_wait"]
+    lost = {
+        w: {k: n for k, n in a.items() if k.startswith("no answer")} for w, a in by_wait.items()
+    }
+    reasons = sorted({k.removeprefix("no answer: ") for a in lost.values() for k in a})
+    sent = {sum(a.values()) for a in by_wait.values()}
+    of = f", of {sent.pop()}" if len(sent) == 1 else ""
+    label = "requests with no answer" + (
+        f" ({', '.join(f'`{r}`' for r in reasons)})" if reasons else ""
+    )
+    waits = list(by_wait)
+    rows = [
+        table_row(["wait", *(f"{float(w):g} s" for w in waits)]),
+        "|---|" + "---:|" * len(waits),
+        table_row([label + of, *(str(sum(lost[w].values())) for w in waits)]),
+    ]
+    return "\n".join(rows)
+
+
+def _fuzz(reports: Sequence[Mapping[str, Any]]) -> str:
+    return "\n\n".join(fuzz_table(r) for r in reports)
+
+
+def _keepalive(reports: Sequence[Mapping[str, Any]]) -> str:
+    return "\n\n".join(keepalive_table(r) for r in reports)
+
+
+KINDS: dict[str, Callable[[Sequence[Mapping[str, Any]]], str]] = {
+    "fuzz": _fuzz,
+    "overload": overload_table,
+    "keepalive": _keepalive,
+}
+# The page's tables: marker name -> (kind, the saved reports in docs/records/reliability-runs/)
+TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "fuzz-api": ("fuzz", ("fuzz-api.json",)),
+    "fuzz-e2e": ("fuzz", ("fuzz-e2e.json",)),
+    "overload": (
+        "overload",
+        (
+            "overload-defaults-80.json",
+            "overload-4-8.json",
+            *(f"overload-4-8-retries-{n}.json" for n in (1, 2, 3, 4)),
+        ),
+    ),
+    "keepalive": ("keepalive", ("keepalive.json",)),
+}
+
+
+def markers(name: str) -> tuple[str, str]:
+    return f"<!-- reliability-{name}: start -->", f"<!-- reliability-{name}: end -->"
+
+
+def _load(files: Sequence[Path]) -> list[Mapping[str, Any]]:
+    return [json.loads(f.read_text()) for f in files]
+
+
+def render(name: str) -> str:
+    """The table between the markers of ``name``, from its saved reports."""
+    kind, files = TABLES[name]
+    return KINDS[kind](_load([RUNS / f for f in files])) + "\n"
+
+
+def write(page: Path = PAGE) -> None:
+    for name in TABLES:
+        start, end = markers(name)
+        replace_between(page, start, end, render(name))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("kind", choices=["fuzz", "overload"])
-    parser.add_argument("files", nargs="+", type=Path)
+    parser.add_argument("kind", nargs="?", choices=sorted(KINDS))
+    parser.add_argument("files", nargs="*", type=Path)
+    parser.add_argument("--write", action="store_true", help=f"replace the tables in {PAGE.name}")
     args = parser.parse_args()
-    reports = [json.loads(f.read_text()) for f in args.files]
-    if args.kind == "fuzz":
-        text = "\n\n".join(fuzz_table(r) for r in reports)
+    if args.kind:
+        if args.write or not args.files:
+            parser.error("a kind takes files to print, and no --write")
+        print(KINDS[args.kind](_load(args.files)))
+    elif args.write:
+        write()
     else:
-        text = overload_table(reports)
-    print(text)
+        print("\n\n".join(f"{markers(n)[0]}\n{render(n)}" for n in TABLES), end="")
 
 
 if __name__ == "__main__":
