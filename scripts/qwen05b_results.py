@@ -10,7 +10,7 @@ mode ``single``: pairs judged in both orders, a pair scoring the mean of its two
 for the held-out sample, `reflectrm eval vs-length` (vs-length.json, the per-source length
 rule); the per-source, Chat / Chat Hard and normal / hard rows are `studies/judge_breakdown.py`
 (breakdown.json, % right of the verdicts of each group). The row of the two sources the
-default judge never saw adds up two groups of breakdown-heldout: their right verdicts are the
+`smollm2` judge never saw adds up two groups of breakdown-heldout: their right verdicts are the
 groups' percentages (one decimal) times their verdicts, rounded to whole verdicts.
 
 With ``--write`` the table replaces the one between the page's markers.
@@ -186,7 +186,7 @@ def rows() -> list[tuple[str, Callable[[Judge], str]]]:
             ),
         ),
         (
-            "held-out sample, the two sources the default never saw "
+            "held-out sample, the two sources `smollm2` never saw "
             f"({sum(_pairs(new, n) for n in NEW_SOURCES)} pairs)",
             lambda j: _pooled(j.breakdown("breakdown-heldout"), NEW_SOURCES),
         ),
