@@ -13,7 +13,11 @@ rule); the per-source, Chat / Chat Hard and normal / hard rows are `studies/judg
 `smollm2` judge never saw adds up two groups of breakdown-heldout: their right verdicts are the
 groups' percentages (one decimal) times their verdicts, rounded to whole verdicts.
 
-With ``--write`` the table replaces the one between the page's markers.
+The same page's table of the two backbones' frozen-feature readouts (`reflectrm train
+readouts`, docs/records/judge-training/backbones/readouts.json: for each backbone the layer and
+penalty of its best length-balanced development figure, as the page says) is rendered here too.
+
+With ``--write`` each table replaces the one between its markers in the page.
 """
 
 from __future__ import annotations
@@ -31,6 +35,23 @@ ROOT = Path(__file__).resolve().parents[1]
 RECORDS = ROOT / "docs" / "records" / "judge-training"
 PAGE = ROOT / "docs" / "training.md"
 START, END = "<!-- qwen05b-results: start -->", "<!-- qwen05b-results: end -->"
+# The backbones' frozen-feature readouts (`reflectrm train readouts`), in a table of their own.
+READOUTS = RECORDS / "backbones" / "readouts.json"
+READOUTS_START = "<!-- backbone-readouts: start -->"
+READOUTS_END = "<!-- backbone-readouts: end -->"
+# (the readouts' name of a backbone's states, its column) and (group, row) in the table's order
+BACKBONES = (
+    ("states-smollm2", "SmolLM2-135M-Instruct"),
+    ("states-qwen", "Qwen2.5-Coder-0.5B-Instruct"),
+)
+READOUT_ROWS = (
+    ("dev", "development"),
+    ("bench/rewardbench-chat", "RewardBench Chat"),
+    ("bench/rewardbench-chat-hard", "RewardBench Chat Hard"),
+    ("bench/rm-bench-normal", "RM-Bench normal"),
+    ("bench/rm-bench-hard", "RM-Bench hard"),
+    ("bench/rmb-helpfulness", "RMB helpfulness"),
+)
 MODE = "single"
 # The trap's subsets in the order the table lists them, with their names there.
 TRAP_SUBSETS = (
@@ -228,8 +249,42 @@ def render() -> str:
     return "\n".join(lines) + "\n"
 
 
+def chosen_readout(states: Mapping[str, Any]) -> tuple[str, str]:
+    """(layer, penalty) of the best length-balanced development figure of one backbone."""
+    return max(
+        ((layer, penalty) for layer in ("mid", "top") for penalty in states[layer]["by_penalty"]),
+        key=lambda lp: states[lp[0]]["by_penalty"][lp[1]]["dev"]["length_balanced"],
+    )
+
+
+def render_readouts(path: Path = READOUTS) -> str:
+    """Length-balanced accuracy [95% CI] (pairs) of each backbone's chosen readout."""
+    readouts = _read(path)
+    chosen = {}
+    for name, _ in BACKBONES:
+        layer, penalty = chosen_readout(readouts[name])
+        chosen[name] = readouts[name][layer]["by_penalty"][penalty]
+    lines = [
+        table_row(
+            ["length-balanced accuracy [95% CI] (pairs)", *(column for _, column in BACKBONES)]
+        ),
+        "|---|" + "---:|" * len(BACKBONES),
+    ]
+    for group, label in READOUT_ROWS:
+        found = {name: chosen[name][group] for name, _ in BACKBONES}
+        pairs = {int(f["pairs"]) for f in found.values()}
+        cells = []
+        for f in found.values():
+            low, high = f["length_balanced_ci"]
+            cells.append(f"{_f(100 * f['length_balanced'])} [{_f(100 * low)}, {_f(100 * high)}]")
+        count = str(pairs.pop()) if len(pairs) == 1 else "/".join(str(p) for p in sorted(pairs))
+        lines.append(table_row([f"{label} ({count})", *cells]))
+    return "\n".join(lines) + "\n"
+
+
 def write(page: Path = PAGE) -> None:
     replace_between(page, START, END, render())
+    replace_between(page, READOUTS_START, READOUTS_END, render_readouts())
 
 
 if __name__ == "__main__":
@@ -238,4 +293,4 @@ if __name__ == "__main__":
     if "--write" in sys.argv:
         write()
     else:
-        print(render(), end="")
+        print(render_readouts() + "\n" + render(), end="")

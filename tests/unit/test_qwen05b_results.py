@@ -3,8 +3,22 @@ scripts/qwen05b_results.py renders from the saved records under docs/records/jud
 
 from __future__ import annotations
 
+import json
+
 from scripts.generated import between
-from scripts.qwen05b_results import END, JUDGES, PAGE, START, render
+from scripts.qwen05b_results import (
+    BACKBONES,
+    END,
+    JUDGES,
+    PAGE,
+    READOUTS,
+    READOUTS_END,
+    READOUTS_START,
+    START,
+    chosen_readout,
+    render,
+    render_readouts,
+)
 
 
 def test_the_training_page_holds_the_table_rendered_from_the_records() -> None:
@@ -24,3 +38,17 @@ def test_both_judges_ran_on_the_same_samples_the_labels_count() -> None:
     for breakdown in ("breakdown-heldout", "breakdown-rewardbench", "breakdown-rm-bench"):
         got = {g: v["verdicts"] for g, v in smollm2.breakdown(breakdown).items()}
         assert got == {g: v["verdicts"] for g, v in qwen.breakdown(breakdown).items()}
+
+
+def test_the_training_page_holds_the_backbone_readouts_rendered_from_their_record() -> None:
+    inside = between(PAGE.read_text(), READOUTS_START, READOUTS_END)
+    assert inside.strip() == render_readouts().strip(), (
+        "run `python -m scripts.qwen05b_results --write`"
+    )
+
+
+def test_the_readouts_chosen_are_the_ones_the_page_names() -> None:
+    # training.md: "(middle layer, penalty 1e-3 for both: the best development figure of each.)"
+    readouts = json.loads(READOUTS.read_text())
+    for name, _ in BACKBONES:
+        assert chosen_readout(readouts[name]) == ("mid", "0.001"), name
