@@ -105,14 +105,16 @@ class Settings(BaseSettings):
     # --- model -------------------------------------------------------------------------------
     model: str = Field(
         _ENGINE.model,
-        description="'default': the judge the package ships (artifacts/judge: an adapter and a "
-        "verdict layer trained here on SmolLM2-135M-Instruct; its figures in docs/judges.md), "
-        "else the base model. 'base': SmolLM2-135M-Instruct untrained. 'qwen05b': the judge on "
-        "Qwen2.5-Coder-0.5B-Instruct (artifacts/judge-qwen05b; trained on CC BY-NC data). The "
-        "three are built into cache_dir by `reflectrm prepare-model NAME` before serving (set-up "
-        "does it for the default). Or a judge folder of `reflectrm train ship-judge` or "
-        "`marker-layer`, a Hugging Face-format checkpoint folder, or a hub id (online users "
-        "only).",
+        description="'default': the margin judge the package ships (artifacts/judge-qwen05b-"
+        "margin: Qwen2.5-Coder-0.5B-Instruct as it ships, no weights of its own, with template v3 "
+        "and the margin weights its manifest names; its figures in docs/judges.md). 'qwen05b': "
+        "the judge on Qwen2.5-Coder-0.5B-Instruct with an added layer (artifacts/judge-qwen05b; "
+        "trained on CC BY-NC data). 'smollm2': the judge on SmolLM2-135M-Instruct, an adapter "
+        "and a verdict layer trained here (artifacts/judge). 'base': SmolLM2-135M-Instruct "
+        "untrained. These are built into cache_dir by `reflectrm prepare-model NAME` before "
+        "serving (set-up does it for the default). Or a judge folder of `reflectrm train "
+        "ship-judge` or `marker-layer`, a Hugging Face-format checkpoint folder, or a hub id "
+        "(online users only).",
     )
     served_model_name: str | None = Field(
         _ENGINE.served_model_name,

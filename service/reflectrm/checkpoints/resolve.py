@@ -31,8 +31,9 @@ from reflectrm.checkpoints.validate import CheckpointError, NotPreparedError, va
 
 log = logging.getLogger(__name__)
 
-# The model setting that names the shipped judge (artifacts/judge: the embedded base model with
-# the adapter the project's own training job made), built on first use.
+# The model setting that names the default judge (DEFAULT_JUDGE_DIR, artifacts/judge-qwen05b-
+# margin: its backbone as it ships, with the template and margin weights its manifest names),
+# built on first use.
 DEFAULT_MODEL = "default"
 # The model setting that names the embedded SmolLM2-135M-Instruct as it ships, untrained.
 BASE_MODEL = "base"
