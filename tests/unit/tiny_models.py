@@ -1,22 +1,11 @@
-"""Tiny Llama checkpoints for the unit tests of the checkpoints and the judge recipe: the real
-architecture with random weights (seeded), made in seconds; and the questions they judge."""
+"""Tiny Llama checkpoints for the tests of the checkpoints and of a policy: the real architecture
+with random weights (seeded), made in seconds. (The harness's tests have their own tiny judge,
+harness/tests/support/tiny_models.py.)"""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
-
-# Pairs whose better answer a reader sees at once: (question, better, worse).
-QUESTIONS = [
-    ("What is the capital of France?", "Paris.", "Berlin."),
-    ("What is 2 + 2?", "4", "5"),
-    ("Name a primary colour.", "Red.", "Green tea."),
-    ("Is the sun a star?", "Yes.", "No, a planet."),
-    ("Spell cat backwards.", "tac", "cta"),
-    ("How many legs has a spider?", "Eight.", "Six."),
-    ("Is water wet?", "Yes.", "Never."),
-    ("What colour is the sky?", "Blue.", "Plaid."),
-]
 
 
 def save_tiny_llama(

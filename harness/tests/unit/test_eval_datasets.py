@@ -37,7 +37,7 @@ from reflectrm_harness.evaluation.scoring import (
     REWARDBENCH_WEIGHTS,
     score,
 )
-from tests.conftest import SHARED_DATA, require_shared_data  # ../shared/data beside the repo
+from support.prerequisites import SHARED_DATA, require_shared_data  # ../shared/data beside the repo
 
 EXPECTED_PAIRS = {REWARDBENCH: 2985, RMBENCH: 7182, RMB: 14543, JUDGEBENCH: 620}
 

@@ -32,7 +32,7 @@ from reflectrm_harness.evaluation.pairwise.runner import (
     primary_position,
     run_units,
 )
-from tests.conftest import ScriptedEngine, judgment
+from support.engines import ScriptedEngine, judgment
 
 
 def make_pairs(n: int, benchmark: str = RMB) -> list[Pair]:

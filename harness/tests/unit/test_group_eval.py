@@ -40,7 +40,8 @@ from reflectrm_harness.evaluation.scoring import (
     group_bootstrap,
     kendall_tau_b,
 )
-from tests.conftest import SHARED_DATA, judgment, require_shared_data
+from support.engines import judgment
+from support.prerequisites import SHARED_DATA, require_shared_data
 
 # --- hand-computed metrics -------------------------------------------------------------------
 

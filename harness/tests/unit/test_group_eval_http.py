@@ -22,7 +22,7 @@ from reflectrm_harness.evaluation.groups.runner import (
     pool_plan,
     run_group_units,
 )
-from tests.api.conftest import served
+from support.served import served
 
 SERVER = {"swap_check_fraction": 0.0, "early_exit": True}
 

@@ -34,7 +34,7 @@ from reflectrm_harness.training.grpo import train as train_module
 from reflectrm_harness.training.grpo.config import load_settings
 from reflectrm_harness.training.grpo.rewards import completion_text, verdict_reward
 from reflectrm_harness.training.grpo.train import METRICS_FILE, train
-from tests.unit.tiny_models import QUESTIONS, save_tiny_judge
+from support.tiny_models import QUESTIONS, save_tiny_judge
 
 # What the taught tiny model writes: a parseable verdict for Response 2, or a malformed output.
 WELL_FORMED = shortest_output("Response 2 is better than Response 1")

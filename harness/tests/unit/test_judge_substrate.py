@@ -25,7 +25,7 @@ from reflectrm_harness.training.judge.split import (
     read_split,
 )
 from reflectrm_harness.training.judge.verdict_layer import VerdictConfig, is_dev
-from tests.conftest import require_shared_data
+from support.prerequisites import require_shared_data
 
 ARTIFACTS = Path(__file__).resolve().parents[3] / "service" / "reflectrm" / "artifacts"
 

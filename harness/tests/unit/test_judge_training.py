@@ -24,7 +24,7 @@ from reflectrm_harness.training.judge.split import (
     training_pairs,
 )
 from reflectrm_harness.training.overrides import make_settings
-from tests.unit.tiny_models import QUESTIONS, save_tiny_judge
+from support.tiny_models import QUESTIONS, save_tiny_judge
 
 
 def _pairs() -> list[Pair]:

@@ -31,7 +31,7 @@ from reflectrm_harness.training.judge.verdict_layer import (
     verdict_plan,
 )
 from reflectrm_harness.training.overrides import make_settings
-from tests.unit.tiny_models import QUESTIONS, save_tiny_judge
+from support.tiny_models import QUESTIONS, save_tiny_judge
 
 
 def _pairs(copies: int = 1) -> list[Pair]:

@@ -23,7 +23,7 @@ from reflectrm.judging.prompts import get_template, preference_chat
 from reflectrm_harness.training.cli import main
 from reflectrm_harness.training.judge.pool import PoolConfig, read_pool
 from reflectrm_harness.training.judge.states import LEAD, STATES_DIR, load_plan, load_states
-from tests.unit.tiny_models import QUESTIONS, save_tiny_judge
+from support.tiny_models import QUESTIONS, save_tiny_judge
 
 SOURCES = ("helpsteer2_ratings_pairs", "pandalm_human_testset")
 

@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 from reflectrm.app import create_app
 from reflectrm.settings import Settings
 from reflectrm_harness.evaluation.common import service_retry_policy
-from tests.conftest import ScriptedEngine, judgment
+from support.engines import ScriptedEngine, judgment
 
 
 def answer(status: int, retry_after: str | None = None) -> httpx.Response:

@@ -7,7 +7,7 @@ import asyncio
 from reflectrm.judging.types import Message
 from reflectrm_harness.datasets import Pair
 from reflectrm_harness.training.grpo.check import CheckConfig, check
-from tests.conftest import ScriptedEngine, judgment
+from support.engines import ScriptedEngine, judgment
 
 PAIRS = [
     Pair("a", (Message("user", "Capital of France?"),), "Paris.", "I have no idea."),

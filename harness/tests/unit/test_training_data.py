@@ -28,7 +28,7 @@ from reflectrm_harness.training.grpo.data import (
     shown_order,
 )
 from reflectrm_harness.training.grpo.sources import helpsteer3_row
-from tests.conftest import ScriptedEngine, judgment
+from support.engines import ScriptedEngine, judgment
 
 CONVERSATION = (Message("user", "What is 2 + 2?"),)
 

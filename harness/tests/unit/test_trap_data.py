@@ -12,7 +12,7 @@ import pytest
 
 from reflectrm_harness.datasets import read_pairs
 from reflectrm_harness.evaluation.data import TRAP
-from tests.conftest import SHARED_DATA  # ../shared/data beside the repo
+from support.prerequisites import SHARED_DATA  # ../shared/data beside the repo
 
 SUBSETS = {"refusal", "dont_know", "evasion", "one_word", "off_topic"}
 FIELDS = ("id", "source", "subset", "prompt", "chosen", "rejected")
