@@ -31,12 +31,11 @@ from reflectrm.judging.prompts import (
     RESPONSE_VERDICTS,
     get_template,
     output_regex,
-    preference_messages,
-    reflection_messages,
 )
 from reflectrm.judging.types import Candidate
 from reflectrm.judging.verdicts import TOP_LOGPROBS
 from reflectrm_harness.datasets import row_conversation
+from reflectrm_harness.prompts import preference_messages, reflection_messages
 
 ROLLOUTS = "rollouts"
 REFLECTIONS = "reflections"

@@ -43,6 +43,7 @@ from reflectrm.judging import prompts
 from reflectrm.judging.judge import Judge, JudgeConfig, PreparedJudgment
 from reflectrm.judging.types import Judgment, JudgmentSpec, Message
 from reflectrm.settings import get_settings
+from reflectrm_harness.prompts import as_text
 
 DATA = (
     Path(__file__).resolve().parents[2] / "shared" / "data" / "benchmarks" / "rewardbench.jsonl.gz"
@@ -89,7 +90,7 @@ class UnprotectedEngine(WrappedEngine):
 
     def render_chat(self, messages: Sequence[ChatMessage]) -> Prompt:
         text = self.tokenizer.apply_chat_template(
-            prompts.as_text(messages),
+            as_text(messages),
             tokenize=False,
             add_generation_prompt=True,
             **chat_template_kwargs(self.tokenizer),

@@ -8,7 +8,6 @@ emulated and several times slower than float32.
 
 from __future__ import annotations
 
-import platform
 from importlib import metadata
 from pathlib import Path
 
@@ -29,16 +28,6 @@ def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
 def cpu_has_bf16_matmul(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
     """Whether the CPU has bf16 matrix units (AMX-BF16 or AVX512-BF16)."""
     return bool(BF16_FLAGS & cpu_flags(cpuinfo))
-
-
-def cpu_name(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
-    try:
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def cpu_dtype(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:

@@ -26,8 +26,9 @@ from reflectrm.engines import open_engine
 from reflectrm.engines.base import Engine, SamplingSpec
 from reflectrm.engines.config import EngineConfig, RemoteConfig
 from reflectrm.judging.judge import Judge, JudgeConfig
-from reflectrm.judging.prompts import get_template, preference_messages
+from reflectrm.judging.prompts import get_template
 from reflectrm.judging.types import JudgmentSpec, Message
+from reflectrm_harness.prompts import preference_messages
 from tests.e2e.conftest import E2E_DTYPE, E2E_MODEL, ForwardingEngine, LiveService, e2e_settings
 
 ROUTER = Path(sys.executable).parent / "vllm-router"

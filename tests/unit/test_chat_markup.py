@@ -28,10 +28,9 @@ from reflectrm.judging.judge import Judge, JudgeConfig
 from reflectrm.judging.prompts import (
     get_template,
     preference_chat,
-    preference_messages,
-    reflection_messages,
 )
 from reflectrm.judging.types import JudgmentSpec, Message
+from reflectrm_harness.prompts import preference_messages, reflection_messages
 from tests.conftest import judgment
 
 SMOL = smollm2_dir(default_cache_dir())

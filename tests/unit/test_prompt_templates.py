@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from reflectrm.judging.prompts import get_template, preference_messages, reflection_messages
+from reflectrm.judging.prompts import get_template
 from reflectrm.judging.types import Message
+from reflectrm_harness.prompts import preference_messages, reflection_messages
 
 CONV = (Message("user", "What is 2 + 2?"), Message("assistant", "4"), Message("user", "Sure?"))
 

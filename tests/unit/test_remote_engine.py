@@ -18,9 +18,10 @@ from reflectrm.engines.config import EngineConfig, RemoteConfig
 from reflectrm.engines.remote import RemoteEngine, _clients, choose_model, remote_engine
 from reflectrm.engines.request_ids import judgment_id_of
 from reflectrm.judging.judge import Judge, JudgeConfig
-from reflectrm.judging.prompts import get_template, preference_chat, preference_messages
+from reflectrm.judging.prompts import get_template, preference_chat
 from reflectrm.judging.types import JudgmentSpec, Message
 from reflectrm.settings import Settings
+from reflectrm_harness.prompts import preference_messages
 from tests.conftest import judgment
 
 URL = "http://fleet.test:8000"

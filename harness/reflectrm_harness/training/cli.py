@@ -469,7 +469,7 @@ async def _check_with_engine(settings: Any, pairs: Any, config: Any) -> dict[str
 
 @_friendly
 def run_judge(args: argparse.Namespace) -> int:
-    from reflectrm.checkpoints.base import base_model_dir
+    from reflectrm_harness.training.judge.model import base_model_dir
     from reflectrm_harness.training.judge.sft import JudgeTrainConfig, train_judge
     from reflectrm_harness.training.judge.split import (
         make_split,
@@ -504,8 +504,8 @@ def run_judge(args: argparse.Namespace) -> int:
 
 @_friendly
 def run_verdict(args: argparse.Namespace) -> int:
-    from reflectrm.checkpoints.base import base_model_dir
     from reflectrm_harness.training.judge import verdict_layer
+    from reflectrm_harness.training.judge.model import base_model_dir
     from reflectrm_harness.training.judge.split import read_sources, read_split, training_pairs
 
     settings = verdict_layer.VerdictConfig

@@ -26,10 +26,10 @@ from reflectrm.engines.chat import chat_template_kwargs
 from reflectrm.judging.prompts import (
     TEMPLATE_VERSION,
     get_template,
-    preference_messages,
     shortest_output,
 )
 from reflectrm.judging.types import Message
+from reflectrm_harness.prompts import preference_messages
 from reflectrm_harness.training.grpo import train as train_module
 from reflectrm_harness.training.grpo.config import load_settings
 from reflectrm_harness.training.grpo.rewards import completion_text, verdict_reward

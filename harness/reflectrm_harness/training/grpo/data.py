@@ -26,11 +26,10 @@ from reflectrm.judging.prompts import (
     TEMPLATE_VERSION,
     Template,
     get_template,
-    preference_messages,
-    reflection_messages,
 )
 from reflectrm.judging.types import Candidate, JudgmentSpec, Message
 from reflectrm_harness.datasets import Pair, Presented, pair_to_row
+from reflectrm_harness.prompts import preference_messages, reflection_messages
 
 log = logging.getLogger(__name__)
 

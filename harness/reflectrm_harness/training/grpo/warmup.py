@@ -22,7 +22,8 @@ from reflectrm.checkpoints.base import default_cache_dir
 from reflectrm.checkpoints.files import file_sha256
 from reflectrm.checkpoints.resolve import resolve_model
 from reflectrm.engines.chat import chat_template_kwargs
-from reflectrm.judging.prompts import get_template, preference_messages
+from reflectrm.judging.prompts import get_template
+from reflectrm_harness.prompts import preference_messages
 from reflectrm_harness.training.grpo.data import JudgedPair, judged_from_json, read_items
 from reflectrm_harness.training.grpo.trainer import (
     METRICS_FILE,

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from reflectrm_harness.evaluation.length import length_balanced
-from reflectrm_harness.training.judge.model import fit_logistic
+from reflectrm_harness.training.judge.model import fit_logistic, pack_sparse
 from reflectrm_harness.training.judge.readout import length_weights, shares
 from reflectrm_harness.training.judge.states import load_plan, load_states
 
@@ -391,7 +391,6 @@ def write_artifact(
     and the split, the fit's development figures and the command."""
     from safetensors.torch import save_file
 
-    from reflectrm.checkpoints.artifact import pack_sparse
     from reflectrm.checkpoints.backbones import BACKBONES
     from reflectrm.checkpoints.files import ARTIFACT_MANIFEST, VERDICT_WEIGHTS, file_sha256
 

@@ -1,20 +1,43 @@
-"""How the judge recipe's steps compute: the model the steps after ``sft`` read (the run's
-adapter merged onto the base as the service merges it, ``checkpoints.artifact.merge_adapter``,
-loaded in float32 for inference), the precision and threads of their passes, their saves
-(whole or not at all, so that a stopped step resumes from its last one) and the one logistic
-fit of every probe and readout."""
+"""How the judge recipe's steps compute: the base model they start from (SmolLM2-135M-Instruct),
+the model the steps after ``sft`` read (the run's adapter merged onto the base as the service
+merges it, ``checkpoints.artifact.merge_adapter``, loaded in float32 for inference), the precision
+and threads of their passes and the CPU they record, their saves (whole or not at all, so that a
+stopped step resumes from its last one; an added layer stored sparse, as
+``checkpoints.artifact.unpack_sparse`` reads it) and the one logistic fit of every probe and
+readout."""
 
 from __future__ import annotations
 
+import logging
 import os
+import platform
 from pathlib import Path
 from typing import Any
 
 from reflectrm.checkpoints.artifact import merge_adapter
+from reflectrm.checkpoints.base import prepare_smollm2
 from reflectrm.hardware import cpu_has_bf16_matmul
+
+log = logging.getLogger(__name__)
 
 # Where a run of ``sft`` writes its adapter, inside the run's folder.
 ADAPTER_DIR = "adapter"
+
+
+def base_model_dir(cache_dir: Path | None = None) -> Path:
+    """The embedded base model (SmolLM2-135M-Instruct), prepared once: what training starts from."""
+    return prepare_smollm2(cache_dir, say=lambda m: log.info("%s", m))
+
+
+def cpu_name(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The CPU's model name, as a run's summary records it."""
+    try:
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def resolve_precision(precision: str) -> str:
@@ -43,6 +66,24 @@ def save_atomically(state: Any, path: Path) -> None:
     tmp = path.with_suffix(".tmp")
     torch.save(state, tmp)
     os.replace(tmp, path)
+
+
+def pack_sparse(weights: dict[str, Any]) -> dict[str, Any]:
+    """Matrices mostly zero stored as their non-zero entries: ``K.indices`` (rows of (row,
+    column)), ``K.values`` and ``K.shape`` for a weight ``K``; the others as they are. An added
+    verdict layer's attention is a few rows and columns of zeros-filled matrices."""
+    import torch
+
+    out: dict[str, Any] = {}
+    for key, value in weights.items():
+        nonzero = value.nonzero()
+        if value.dim() == 2 and len(nonzero) * 3 < value.numel():
+            out[f"{key}.indices"] = nonzero.contiguous()
+            out[f"{key}.values"] = value[nonzero[:, 0], nonzero[:, 1]].contiguous()
+            out[f"{key}.shape"] = torch.tensor(list(value.shape), dtype=torch.int64)
+        else:
+            out[key] = value.contiguous()
+    return out
 
 
 def load_model(model_dir: Path) -> Any:

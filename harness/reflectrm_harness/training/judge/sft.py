@@ -37,12 +37,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from reflectrm.hardware import cpu_name
 from reflectrm.judging.prompts import TEMPLATE_VERSION
 from reflectrm_harness.datasets import Pair
 from reflectrm_harness.training.judge.items import Item, pair_items, tokenize_targets
 from reflectrm_harness.training.judge.model import (
     ADAPTER_DIR,
+    cpu_name,
     resolve_precision,
     save_atomically,
     use_threads,

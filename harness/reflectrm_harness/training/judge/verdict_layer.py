@@ -51,9 +51,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from reflectrm.checkpoints.artifact import pack_sparse
 from reflectrm.checkpoints.files import VERDICT_WEIGHTS
-from reflectrm.hardware import cpu_name
 from reflectrm_harness.datasets import Pair
 from reflectrm_harness.training.judge.figures import VERDICT_REPORT, summarize
 from reflectrm_harness.training.judge.items import (
@@ -64,9 +62,11 @@ from reflectrm_harness.training.judge.items import (
     tokenize_targets,
 )
 from reflectrm_harness.training.judge.model import (
+    cpu_name,
     fit_logistic,
     load_model,
     merge_run,
+    pack_sparse,
     resolve_precision,
     use_threads,
 )
