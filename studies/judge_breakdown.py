@@ -3,14 +3,14 @@
 A verdict is right when it names the chosen response; a group is a pair's `source` in the pairs
 file, else the part of its recorded `subset` before the first `/` (so `chat/alpacaeval-easy` is
 `chat`). With `--split` (a held-out split file of `reflectrm train judge`, such as
-`service/reflectrm/artifacts/judge/holdout-split.json`) it also counts, per source that split
+`harness/reflectrm_harness/splits/judge-holdout-split.json`) it also counts, per source that split
 covers, how many of the file's pairs that judge held out and how many were in its pool.
 
     env PYTHONPATH=service .venv/bin/python -m studies.judge_breakdown \
         --pairs runs/heldout-sample.jsonl.gz \
         --results default=docs/records/judge-training/qwen05b/smollm2-heldout-sample/results.jsonl \
         --results qwen05b=docs/records/judge-training/qwen05b/trap-heldout-sample/results.jsonl \
-        --split service/reflectrm/artifacts/judge/holdout-split.json \
+        --split harness/reflectrm_harness/splits/judge-holdout-split.json \
         --out docs/records/judge-training/qwen05b/breakdown-heldout
 """
 

@@ -298,19 +298,21 @@ def test_prepare_model_refuses_what_is_not_built_here(
 
 
 def test_the_package_ships_a_judge_with_its_verdict_layer_and_every_hash_holds() -> None:
-    """The committed default judge: its manifest names the adapter, the verdict layer and the
-    split, each file has the recorded sha256, and its held-out figures are recorded."""
+    """The committed SmolLM2 judge: its manifest names the adapter and the verdict layer, each
+    file has the recorded sha256, and its held-out figures are recorded; its held-out split is
+    the harness's (only its hash is here)."""
     from reflectrm.checkpoints.artifact import check_artifact, is_judge_artifact
-    from reflectrm.checkpoints.files import ARTIFACT_DIR, SPLIT_FILE, VERDICT_WEIGHTS
+    from reflectrm.checkpoints.files import ARTIFACT_DIR, VERDICT_WEIGHTS
 
     assert is_judge_artifact(ARTIFACT_DIR)
     manifest = read_manifest(ARTIFACT_DIR)
     assert set(manifest["files"]) == {
         ADAPTER_WEIGHTS,
         ADAPTER_CONFIG,
-        SPLIT_FILE,
         VERDICT_WEIGHTS,
     }
+    assert not list(ARTIFACT_DIR.glob("*split*"))
+    assert len(manifest["split"]["sha256"]) == 64
     check_artifact(ARTIFACT_DIR, manifest, None)
     assert manifest["heldout"]["accuracy_mean_of_both_orders"] > manifest["heldout"]["longer_wins"]
     assert manifest["verdict"]["scale"] in manifest["verdict"]["config"]["scales"]

@@ -22,7 +22,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from reflectrm.checkpoints.files import ARTIFACT_DIR, SPLIT_FILE
 from reflectrm.checkpoints.validate import CheckpointError
 from reflectrm.engines import open_engine
 from reflectrm.interrupts import run_command
@@ -30,6 +29,7 @@ from reflectrm.settings import get_settings
 from reflectrm_harness.training.grpo.config import GRPOSettings, load_settings
 from reflectrm_harness.training.grpo.data import BuildConfig, build, rebuild
 from reflectrm_harness.training.grpo.sources import load_pairs
+from reflectrm_harness.training.judge.split import JUDGE_SPLIT
 from reflectrm_harness.training.overrides import make_settings, parse_overrides
 
 log = logging.getLogger("reflectrm_harness.training")
@@ -184,8 +184,8 @@ def _add_pool(p: Any, split_help: str) -> None:
     p.add_argument(
         "--split",
         type=Path,
-        default=ARTIFACT_DIR / SPLIT_FILE,
-        help=f"{split_help} (default: service/reflectrm/artifacts/judge/{SPLIT_FILE})",
+        default=JUDGE_SPLIT,
+        help=f"{split_help} (default: harness/reflectrm_harness/splits/{JUDGE_SPLIT.name})",
     )
 
 

@@ -1,5 +1,5 @@
 """The recipe substrate of ``training/judge``: the one split rule reproduces the splits the shipped
-judges were built with (the default judge's stored split file, judge-qwen05b's pool counts, the
+judges were built with (the SmolLM2 judge's stored split file, judge-qwen05b's pool counts, the
 verdict layer's development prompts), and the one logistic fit gives what the three fits gave."""
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from reflectrm_harness.training.judge.model import fit_logistic
 from reflectrm_harness.training.judge.pool import PoolConfig, read_pool, role_of
 from reflectrm_harness.training.judge.readout import shares
 from reflectrm_harness.training.judge.split import (
+    JUDGE_SPLIT,
     make_split,
     prompt_key,
     read_sources,
@@ -30,9 +31,16 @@ from support.prerequisites import require_shared_data
 ARTIFACTS = Path(__file__).resolve().parents[3] / "service" / "reflectrm" / "artifacts"
 
 
-def test_the_default_judges_stored_split_is_made_again_exactly() -> None:
+def test_the_smollm2_judges_manifest_records_the_harnesss_split_file() -> None:
+    manifest = json.loads((ARTIFACTS / "judge" / "manifest.json").read_text())
+    assert manifest["split"]["file"] == JUDGE_SPLIT.name
+    assert manifest["split"]["sha256"] == hashlib.sha256(JUDGE_SPLIT.read_bytes()).hexdigest()
+    assert len(read_split(JUDGE_SPLIT)["pairs"]) == 843
+
+
+def test_the_smollm2_judges_stored_split_is_made_again_exactly() -> None:
     train = require_shared_data("train")
-    stored = read_split(ARTIFACTS / "judge" / "holdout-split.json")
+    stored = read_split(JUDGE_SPLIT)
     sources = read_sources([train / name for name in stored["sources"]])
     assert make_split(sources, stored["fraction"], stored["seed"]) == stored
 

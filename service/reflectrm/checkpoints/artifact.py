@@ -1,13 +1,15 @@
-"""The shipped default judge: a LoRA adapter in the package, merged into the base model once.
+"""A shipped judge artifact: a LoRA adapter or an added layer in the package, merged into the base
+model once.
 
-``artifacts/judge/`` holds what ``reflectrm train judge`` made (``adapter_model.safetensors``,
-``adapter_config.json``), the verdict layer of ``reflectrm train verdict`` when there is one
-(``verdict-layer.safetensors``), the held-out split it never trained on, and ``manifest.json``: the
-sha256 of every one of those files, of the base model's GGUF file, of the data files, the
-command, seed, steps, wall time, CPU, and the held-out figures. The served checkpoint is built
-from base + adapter into the cache folder once; every hash is checked first, and a file whose
-hash differs is refused with a message naming it. The merge is W + (alpha / r) * B @ A for each
-adapted weight, done here with torch and safetensors alone, so that serving needs no peft.
+``artifacts/judge/`` (the SmolLM2 judge) holds what ``reflectrm train judge`` made
+(``adapter_model.safetensors``, ``adapter_config.json``), the verdict layer of ``reflectrm train
+verdict`` when there is one (``verdict-layer.safetensors``), and ``manifest.json``: the sha256 of
+every one of those files, of the base model's GGUF file, of the data files and of the held-out
+split (which the harness keeps), the command, seed, steps, wall time, CPU, and the held-out
+figures. The served checkpoint is built from base + adapter into the cache folder once; every
+hash is checked first, and a file whose hash differs is refused with a message naming it. The
+merge is W + (alpha / r) * B @ A for each adapted weight, done here with torch and safetensors
+alone, so that serving needs no peft.
 """
 
 from __future__ import annotations
@@ -34,6 +36,10 @@ from reflectrm.checkpoints.files import (
     file_sha256,
 )
 from reflectrm.checkpoints.validate import NotPreparedError
+
+# The artifact's files a built checkpoint is made of: its record names their hashes, so that a
+# change to any of them (and no other manifest entry) builds it again.
+BUILT_FROM = (ADAPTER_WEIGHTS, ADAPTER_CONFIG, VERDICT_WEIGHTS)
 
 
 class ArtifactError(ValueError):
@@ -118,7 +124,7 @@ def prepare_judge(
     dtype = canonical(dtype)
     target = judge_dir(cache_dir, manifest, dtype)
     marker = target / BUILT_MARKER
-    if marker.is_file() and json.loads(marker.read_text()) == _record(manifest, dtype):
+    if marker.is_file() and _recorded(marker) == _record(manifest, dtype):
         # Cheap on every start: the artifact's small files are hashed again, the base's GGUF
         # was hashed when the checkpoint was built and is checked by size.
         check_artifact(artifact, manifest, None)
@@ -138,12 +144,26 @@ def prepare_judge(
     return target
 
 
+def _built_from(files: dict[str, str]) -> dict[str, str]:
+    return {name: sha for name, sha in files.items() if name in BUILT_FROM}
+
+
 def _record(manifest: dict[str, Any], dtype: str) -> dict[str, Any]:
     return {
-        "files": manifest["files"],
+        "files": _built_from(manifest["files"]),
         "base_gguf_sha256": manifest["base_model"]["gguf_sha256"],
         "dtype": dtype,
     }
+
+
+def _recorded(marker: Path) -> Any:
+    """A built checkpoint's record, its files those it was built from (a record written when
+    the manifest listed other files too still matches)."""
+    try:
+        record = json.loads(marker.read_text())
+        return {**record, "files": _built_from(record["files"])}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
 
 
 def _served_manifest(manifest: dict[str, Any]) -> dict[str, Any]:

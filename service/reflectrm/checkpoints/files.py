@@ -28,8 +28,6 @@ ADAPTER_CONFIG = "adapter_config.json"
 # Optional: an added decoder layer (``reflectrm train verdict``): its attention's and norms'
 # weights (its MLP is zero); the file's metadata names its index, the base's layer count.
 VERDICT_WEIGHTS = "verdict-layer.safetensors"
-# The held-out pairs of the training pool, never trained on (ids with hashes).
-SPLIT_FILE = "holdout-split.json"
 
 # --- in a served checkpoint folder -----------------------------------------------------------
 # The template the checkpoint was trained for and where it came from (validate reads it).

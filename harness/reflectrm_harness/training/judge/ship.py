@@ -1,10 +1,12 @@
 """``reflectrm train ship-judge``: a finished judge run as the artifact the service ships.
 
-The artifact folder (service/reflectrm/artifacts/judge for the default judge) gets the adapter's
-two files, the held-out split, and ``manifest.json`` recording the sha256 of each of them, of the
-base model's GGUF file and of every data file, with the run's command, settings, steps, wall
-time and CPU, and the held-out figures when given. ``checkpoints.artifact`` checks all of it
-before it builds the served checkpoint.
+The artifact folder (service/reflectrm/artifacts/judge for the SmolLM2 judge) gets the adapter's
+two files (and the verdict layer's, when given) and ``manifest.json`` recording the sha256 of each
+of them, of the base model's GGUF file, of every data file and of the held-out split (which stays
+with the harness, ``split.JUDGE_SPLIT``: the service does not read it), with the run's command,
+settings, steps, wall time and CPU, and the held-out figures when given.
+``checkpoints.artifact`` checks the files and the base model before it builds the served
+checkpoint.
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ from reflectrm.checkpoints.files import (
     ADAPTER_CONFIG,
     ADAPTER_WEIGHTS,
     ARTIFACT_MANIFEST,
-    SPLIT_FILE,
     VERDICT_WEIGHTS,
     file_sha256,
 )
@@ -60,13 +61,11 @@ def ship_judge(
     # peft records the base model's path on the training machine: name it instead.
     adapter_config["base_model_name_or_path"] = SMOLLM2_NAME
     (to / ADAPTER_CONFIG).write_text(json.dumps(adapter_config, indent=2, sort_keys=True) + "\n")
-    shipped = [ADAPTER_WEIGHTS, ADAPTER_CONFIG, SPLIT_FILE]
+    shipped = [ADAPTER_WEIGHTS, ADAPTER_CONFIG]
     (to / VERDICT_WEIGHTS).unlink(missing_ok=True)
     if verdict is not None:
         shutil.copyfile(verdict / VERDICT_WEIGHTS, to / VERDICT_WEIGHTS)
         shipped.append(VERDICT_WEIGHTS)
-    if split_file.resolve() != (to / SPLIT_FILE).resolve():
-        shutil.copyfile(split_file, to / SPLIT_FILE)
     gguf = find_gguf(default_cache_dir(), print)
     run_config = json.loads((run / CONFIG_FILE).read_text())
     manifest: dict[str, Any] = {
@@ -82,7 +81,8 @@ def ship_judge(
         "files": {n: file_sha256(to / n) for n in shipped},
         "data": [{"file": p.name, "sha256": file_sha256(p)} for p in data],
         "split": {
-            "file": SPLIT_FILE,
+            "file": split_file.name,
+            "sha256": file_sha256(split_file),
             "unit": split["unit"],
             "fraction": split["fraction"],
             "seed": split["seed"],
