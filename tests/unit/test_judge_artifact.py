@@ -136,6 +136,30 @@ def test_built_once_then_reused(base: Path, tmp_path: Path, gguf: Path) -> None:
     assert builds == [1]
 
 
+def test_a_record_naming_files_the_build_does_not_read_still_matches(
+    base: Path, tmp_path: Path, gguf: Path
+) -> None:
+    """A built checkpoint's record names the files it is built from: a record written when the
+    manifest listed another file too (the held-out split, before it moved to the harness) is the
+    same build, not a reason to build again."""
+    art = _artifact(base, tmp_path, gguf)
+    builds: list[int] = []
+
+    def prepare_base() -> Path:
+        builds.append(1)
+        return base
+
+    cache = tmp_path / "cache"
+    path = prepare_judge(cache, gguf, prepare_base, lambda _: None, art)
+    marker = path / "reflectrm-judge-built.json"
+    record = json.loads(marker.read_text())
+    assert set(record["files"]) == {ADAPTER_WEIGHTS, ADAPTER_CONFIG}
+    record["files"]["holdout-split.json"] = "0" * 64
+    marker.write_text(json.dumps(record))
+    assert prepare_judge(cache, gguf, prepare_base, lambda _: None, art, build=False) == path
+    assert builds == [1]
+
+
 @pytest.mark.parametrize("name", [ADAPTER_WEIGHTS, ADAPTER_CONFIG, "holdout-split.json"])
 def test_a_changed_byte_is_refused_naming_the_file(
     base: Path, tmp_path: Path, gguf: Path, name: str
