@@ -8,6 +8,6 @@ or Hugging Face copies converted by ``hub``), ``records`` is the append-only JSO
 bootstrap, ``reporting`` the number formatting, chart scaffolding and file writing of both
 reports, and ``common`` the run loop, the engine-work counter, the service client's pieces and
 the user's errors. The workloads: ``pairwise`` (benchmark pairs through the same ``Judge`` the
-service uses) and ``groups`` (group designs through the service's own app, in process or over HTTP). ``cli`` is the
-``reflectrm eval`` command: its options, and which workload runs them.
+service uses) and ``groups`` (group designs through the service's own app, in process or over
+HTTP). ``cli`` is the ``reflectrm eval`` command: its options, and which workload runs them.
 """
