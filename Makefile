@@ -28,7 +28,7 @@ test-docker: setup system-deps
 lint: setup
 	$(BIN)/ruff check service harness tests scripts loadtests studies examples
 	$(BIN)/ruff format --check service harness tests scripts loadtests studies examples
-	$(BIN)/mypy service/reflectrm harness/reflectrm_harness loadtests studies examples scripts/reliability_tables.py
+	$(BIN)/mypy service/reflectrm harness/reflectrm_harness loadtests studies examples scripts
 
 eval: setup
 	$(BIN)/reflectrm eval $(ARGS)

@@ -1,14 +1,44 @@
-"""What the scripts that write generated parts of the docs share: a Markdown table row, and the
-text between a page's two markers, read or replaced (the tests compare it with a fresh render)."""
+"""What the scripts that write generated parts of the docs share: a Markdown table row, a
+percentage with its interval, a table read from a record's own Markdown report, and the text
+between a page's two markers, read or replaced (the tests compare it with a fresh render)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 
 def table_row(cells: Sequence[str]) -> str:
     return "| " + " | ".join(cells) + " |"
+
+
+def pct_ci(found: Mapping[str, Any] | None, digits: int = 1) -> str:
+    """A report's ``{"value": v, "ci95": [low, high]}`` as ``v [low, high]``; "–" when absent."""
+    if not found or found.get("value") is None:
+        return "–"
+    text = f"{found['value']:.{digits}f}"
+    if found.get("ci95"):
+        low, high = found["ci95"]
+        text += f" [{low:.{digits}f}, {high:.{digits}f}]"
+    return text
+
+
+def report_table(report: Path, heading: str, columns: Sequence[str] | None = None) -> str:
+    """The first Markdown table after the line starting with ``heading`` in a record's report
+    (a Markdown file the run wrote), keeping only ``columns`` (by header, in order) if given."""
+    lines = report.read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith(heading))
+    first = next(i for i in range(at + 1, len(lines)) if lines[i].startswith("|"))
+    rows: list[list[str]] = []
+    for line in lines[first:]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip().strip("|").split("|")])
+    if columns is not None:
+        keep = [rows[0].index(c) for c in columns]
+        rows = [[r[i] for i in keep] for r in rows]
+    return "\n".join(table_row(r) for r in rows) + "\n"
 
 
 def between(text: str, start: str, end: str) -> str:

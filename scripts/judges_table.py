@@ -75,8 +75,9 @@ def figure(manifest: dict[str, Any], key: str) -> dict[str, Any] | None:
         # What a judgment costs on a CPU is its prefill: the prompt tokens beside the generated.
         prompt = f"{float(found['prompt_tokens']):,.0f} prompt tokens"
         found = {**found, "unit": f"{found.get('unit', '')} and {prompt}"}
-    if key == "cost" and isinstance(found, dict) and figures.get("mode"):
-        found = {**found, "unit": f"{found.get('unit', '')} ({figures['mode']})".strip()}
+    mode = figures.get("mode") if isinstance(figures, dict) else None
+    if key == "cost" and isinstance(found, dict) and mode:
+        found = {**found, "unit": f"{found.get('unit', '')} ({mode})".strip()}
     if isinstance(found, dict) and found.get("value") is not None:
         return dict(found)
     return _legacy(manifest, key)

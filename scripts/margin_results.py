@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
-from scripts.generated import replace_between, table_row
+from scripts.generated import pct_ci, replace_between, table_row
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDS = ROOT / "docs" / "records"
@@ -36,16 +35,6 @@ ROWS: tuple[tuple[str, str, str, str], ...] = (
 START, END = "<!-- margin-results: start -->", "<!-- margin-results: end -->"
 
 
-def _pct(found: dict[str, Any] | None) -> str:
-    if not found:
-        return "–"
-    text = f"{found['value']:.1f}"
-    if found.get("ci95"):
-        low, high = found["ci95"]
-        text += f" [{low:.1f}, {high:.1f}]"
-    return text
-
-
 def row(label: str, folder: str, dataset: str, mode: str) -> str | None:
     path = RECORDS / folder / "report.json"
     if not path.is_file():
@@ -60,8 +49,8 @@ def row(label: str, folder: str, dataset: str, mode: str) -> str | None:
     cells = [
         label,
         str(acc["n"]),
-        _pct(acc),
-        _pct(length) if length and length.get("value") is not None else "–",
+        pct_ci(acc),
+        pct_ci(length),
         f"{position.get('no_verdict_rate', 0.0):.1f}",
         f"{one.get('first_position_rate', 0.0):.1f}",
         f"[record](records/{folder}/report.md)",

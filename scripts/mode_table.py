@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from scripts.generated import replace_between, table_row
+from scripts.generated import pct_ci, replace_between, table_row
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORD = ROOT / "docs" / "records" / "default-judge-modes"
@@ -27,16 +27,6 @@ DATASETS = {
     "trap": "non-answer trap",
     "correctness": "correctness set",
 }
-
-
-def _ci(found: Mapping[str, Any] | None) -> str:
-    if not found or found.get("value") is None:
-        return "–"
-    text = f"{found['value']:.1f}"
-    if found.get("ci95"):
-        low, high = found["ci95"]
-        text += f" [{low:.1f}, {high:.1f}]"
-    return text
 
 
 def speeds(report: Mapping[str, Any]) -> dict[str, float]:
@@ -96,8 +86,8 @@ def render(record: Path = RECORD) -> str:
                     [
                         f"`{m}`",
                         str(acc["n"]),
-                        _ci(acc),
-                        _ci(length),
+                        pct_ci(acc),
+                        pct_ci(length),
                         "–" if ties is None else f"{ties:.1f}",
                         "–" if first is None else f"{first:.1f}",
                     ]
