@@ -231,13 +231,15 @@ async def run_pairs(
     floor: Floor,
     client: httpx.AsyncClient,
 ) -> tuple[float, list[PairRecord]]:
-    """One contender's pairs, ``concurrency`` in flight: (seconds, one record per pair)."""
+    """One contender's pairs, ``concurrency`` in flight: (seconds, one record per pair). The
+    verdict prompts are rendered and counted before the clock starts."""
     queue = list(enumerate(pairs))
+    counted = await asyncio.to_thread(lambda: [floor.verdict_prompt_tokens(p) for p in pairs])
     records: list[PairRecord] = []
 
     async def one(k: int, pair: Pair) -> None:
         rid = f"{contender}-r{rnd}-{k}"
-        verdict_tokens = await asyncio.to_thread(floor.verdict_prompt_tokens, pair)
+        verdict_tokens = counted[k]
         started = time.monotonic()
         winner, error = None, None
         try:
