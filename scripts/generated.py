@@ -24,9 +24,9 @@ def pct_ci(found: Mapping[str, Any] | None, digits: int = 1) -> str:
     return text
 
 
-def report_table(report: Path, heading: str, columns: Sequence[str] | None = None) -> str:
-    """The first Markdown table after the line starting with ``heading`` in a record's report
-    (a Markdown file the run wrote), keeping only ``columns`` (by header, in order) if given."""
+def report_rows(report: Path, heading: str) -> list[list[str]]:
+    """The cells of the first Markdown table after the line starting with ``heading`` in a
+    record's report (a Markdown file the run wrote): the header row, the rule, then the rows."""
     lines = report.read_text().splitlines()
     at = next(i for i, line in enumerate(lines) if line.startswith(heading))
     first = next(i for i in range(at + 1, len(lines)) if lines[i].startswith("|"))
@@ -35,6 +35,12 @@ def report_table(report: Path, heading: str, columns: Sequence[str] | None = Non
         if not line.startswith("|"):
             break
         rows.append([cell.strip() for cell in line.strip().strip("|").split("|")])
+    return rows
+
+
+def report_table(report: Path, heading: str, columns: Sequence[str] | None = None) -> str:
+    """That table as Markdown, keeping only ``columns`` (by header, in order) if given."""
+    rows = report_rows(report, heading)
     if columns is not None:
         keep = [rows[0].index(c) for c in columns]
         rows = [[r[i] for i in keep] for r in rows]
