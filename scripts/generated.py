@@ -13,14 +13,15 @@ def table_row(cells: Sequence[str]) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
-def pct_ci(found: Mapping[str, Any] | None, digits: int = 1) -> str:
-    """A report's ``{"value": v, "ci95": [low, high]}`` as ``v [low, high]``; "–" when absent."""
+def pct_ci(found: Mapping[str, Any] | None, digits: int = 1, scale: float = 1.0) -> str:
+    """A report's ``{"value": v, "ci95": [low, high]}`` as ``v [low, high]``, each times
+    ``scale`` (100 for a share); "–" when absent."""
     if not found or found.get("value") is None:
         return "–"
-    text = f"{found['value']:.{digits}f}"
+    text = f"{found['value'] * scale:.{digits}f}"
     if found.get("ci95"):
         low, high = found["ci95"]
-        text += f" [{low:.{digits}f}, {high:.{digits}f}]"
+        text += f" [{low * scale:.{digits}f}, {high * scale:.{digits}f}]"
     return text
 
 

@@ -238,9 +238,6 @@ def group_designs(path: Path = GROUPS) -> str:
         table_row(["---", "---"] + ["---:"] * 8),
     ]
 
-    def scaled(cell: dict[str, Any]) -> dict[str, Any]:
-        return {"value": cell["value"] * 100, "ci95": [x * 100 for x in cell["ci95"]]}
-
     for row in report["rows"].values():
         above = row["all_above"]
         delta = row["rmbench_accuracy"].get("delta_vs_round_robin")
@@ -249,11 +246,11 @@ def group_designs(path: Path = GROUPS) -> str:
                 [
                     f"`{row['strategy']}`",
                     row["debias"],
-                    pct_ci(scaled(row["best_of_n"])),
-                    pct_ci(scaled(row["kendall_tau"])),
+                    pct_ci(row["best_of_n"], scale=100),
+                    pct_ci(row["kendall_tau"], scale=100),
                     f"{above['value'] * 100:.1f}"
                     if above["ci95"] == [0.0, 0.0]
-                    else pct_ci(scaled(above)),
+                    else pct_ci(above, scale=100),
                     pct_ci(row["rmbench_accuracy"]),
                     _signed(delta["value"], *delta["ci95_paired"]) if delta else "–",
                     f"{row['judgments']['value']:.1f}",
