@@ -1,6 +1,8 @@
 """The Markdown tables of docs/reliability.md, rendered from the JSON the runs saved in
 docs/records/reliability-runs/ (a fuzz report: tests/fuzzing.py's Tally; overload reports:
-loadtests/overload.py; a keep-alive report: loadtests/keepalive.py), never typed by hand.
+loadtests/overload.py; a keep-alive report: loadtests/keepalive.py; SIGKILL fault reports:
+loadtests/faults.py), or taken from the Markdown report a run wrote beside its JSON
+(studies/hostile_text.py, loadtests/fairness.py), never typed by hand.
 tests/unit/test_reliability_tables.py fails when the page no longer holds them.
 
     .venv/bin/python -m scripts.reliability_tables [--write]
@@ -21,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from scripts.generated import replace_between, table_row
+from scripts.generated import replace_between, report_table, table_row
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "reliability.md"
@@ -105,6 +107,51 @@ def keepalive_table(report: Mapping[str, Any]) -> str:
     return "\n".join(rows)
 
 
+# process kinds of a SIGKILL fault report, as (row label, what its name contains); the killed
+# process itself is the first one the report lists
+SIGKILL_ROWS = (
+    ("`VLLM::Worker`", "VLLM::Worker"),
+    ("`VLLM::EngineCore`", "VLLM::EngineCore"),
+    ("multiprocessing's resource tracker", "resource_tracker"),
+    ("the reaper (it exits last)", "reaper.py"),
+)
+
+
+def sigkill_table(reports: Sequence[Mapping[str, Any]]) -> str:
+    """One column per fault report (loadtests/faults.py sigkill-*): the seconds each process
+    was last seen alive after the SIGKILL, and when all had ended."""
+
+    def lived(report: Mapping[str, Any], part: str) -> str:
+        found = [s for k, s in report["after_kill"]["lived_on_s"].items() if part in k]
+        return f"{max(found):.1f}" if found else "–"
+
+    rows = [
+        table_row(
+            [
+                "seconds after the SIGKILL, last seen alive",
+                *(f"`{r['fault'].removeprefix('sigkill-')}`" for r in reports),
+            ]
+        ),
+        "|---|" + "---:|" * len(reports),
+        table_row(
+            [
+                "the killed process",
+                *(lived(r, r["processes_at_kill"][0]["name"]) for r in reports),
+            ]
+        ),
+    ]
+    rows += [table_row([label, *(lived(r, part) for r in reports)]) for label, part in SIGKILL_ROWS]
+    rows.append(
+        table_row(
+            [
+                "**all ended within**",
+                *(f"**{r['after_kill']['all_ended_within_s']:.1f}**" for r in reports),
+            ]
+        )
+    )
+    return "\n".join(rows)
+
+
 def _fuzz(reports: Sequence[Mapping[str, Any]]) -> str:
     return "\n\n".join(fuzz_table(r) for r in reports)
 
@@ -117,6 +164,7 @@ KINDS: dict[str, Callable[[Sequence[Mapping[str, Any]]], str]] = {
     "fuzz": _fuzz,
     "overload": overload_table,
     "keepalive": _keepalive,
+    "sigkill": sigkill_table,
 }
 # The page's tables: marker name -> (kind, the saved reports in docs/records/reliability-runs/)
 TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -131,6 +179,14 @@ TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
         ),
     ),
     "keepalive": ("keepalive", ("keepalive.json",)),
+    "sigkill": ("sigkill", ("sigkill-judge.json", "sigkill-serve.json")),
+}
+# Tables the runs wrote themselves, in their own Markdown reports (each made from the run's JSON
+# beside it): marker name -> (the report under docs/records/, the line the table follows)
+REPORTS: dict[str, tuple[str, str]] = {
+    "hostile-text": ("hostile-text-verdict-moves/hostile_text.md", "SmolLM2-135M-Instruct"),
+    "fairness-shares": ("tenant-fairness/fairness.md", "Light tenant `eval`"),
+    "fairness-retries": ("tenant-fairness/fairness.md", "Retries:"),
 }
 
 
@@ -144,12 +200,15 @@ def _load(files: Sequence[Path]) -> list[Mapping[str, Any]]:
 
 def render(name: str) -> str:
     """The table between the markers of ``name``, from its saved reports."""
+    if name in REPORTS:
+        report, heading = REPORTS[name]
+        return report_table(RUNS.parent / report, heading)
     kind, files = TABLES[name]
     return KINDS[kind](_load([RUNS / f for f in files])) + "\n"
 
 
 def write(page: Path = PAGE) -> None:
-    for name in TABLES:
+    for name in [*TABLES, *REPORTS]:
         start, end = markers(name)
         replace_between(page, start, end, render(name))
 
@@ -167,7 +226,8 @@ def main() -> None:
     elif args.write:
         write()
     else:
-        print("\n\n".join(f"{markers(n)[0]}\n{render(n)}" for n in TABLES), end="")
+        names = [*TABLES, *REPORTS]
+        print("\n\n".join(f"{markers(n)[0]}\n{render(n)}" for n in names), end="")
 
 
 if __name__ == "__main__":

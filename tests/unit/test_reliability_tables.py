@@ -6,10 +6,18 @@ from __future__ import annotations
 import pytest
 
 from scripts.generated import between
-from scripts.reliability_tables import PAGE, TABLES, counts, keepalive_table, markers, render
+from scripts.reliability_tables import (
+    PAGE,
+    REPORTS,
+    TABLES,
+    counts,
+    keepalive_table,
+    markers,
+    render,
+)
 
 
-@pytest.mark.parametrize("name", sorted(TABLES))
+@pytest.mark.parametrize("name", sorted([*TABLES, *REPORTS]))
 def test_the_reliability_page_holds_each_table_rendered_from_its_records(name: str) -> None:
     start, end = markers(name)
     text = PAGE.read_text()
