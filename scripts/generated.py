@@ -26,11 +26,12 @@ def pct_ci(found: Mapping[str, Any] | None, digits: int = 1, scale: float = 1.0)
 
 
 def report_rows(report: Path, heading: str) -> list[list[str]]:
-    """The cells of the first Markdown table after the line starting with ``heading`` in a
-    record's report (a Markdown file the run wrote): the header row, the rule, then the rows."""
+    """The cells of the first Markdown table from the line starting with ``heading`` in a
+    record's report (a Markdown file the run wrote): the header row, the rule, then the rows.
+    ``heading`` may be the start of the table's own header row."""
     lines = report.read_text().splitlines()
     at = next(i for i, line in enumerate(lines) if line.startswith(heading))
-    first = next(i for i in range(at + 1, len(lines)) if lines[i].startswith("|"))
+    first = next(i for i in range(at, len(lines)) if lines[i].startswith("|"))
     rows: list[list[str]] = []
     for line in lines[first:]:
         if not line.startswith("|"):
