@@ -13,8 +13,13 @@ from reflectrm.checkpoints.files import file_sha256
 from reflectrm.checkpoints.resolve import resolve_model
 from reflectrm.engines.chat import chat_template_kwargs
 from reflectrm.judging.prompts import get_template
+from reflectrm_harness.training.grpo.batches import (
+    chosen_longer_by_pair,
+    position_balanced,
+    with_chosen_longer,
+)
 from reflectrm_harness.training.grpo.config import GRPOSettings
-from reflectrm_harness.training.grpo.data import STATS_FILE, read_items, refit
+from reflectrm_harness.training.grpo.data import JUDGMENTS_FILE, STATS_FILE, read_items, refit
 from reflectrm_harness.training.grpo.rewards import format_reward, verdict_reward
 from reflectrm_harness.training.grpo.trainer import (
     METRICS_FILE,
@@ -28,7 +33,7 @@ from reflectrm_harness.training.grpo.trainer import (
 
 log = logging.getLogger(__name__)
 
-ITEM_COLUMNS = ("prompt", "label", "kind")
+ITEM_COLUMNS = ("prompt", "label", "kind", "chosen_longer")
 
 
 def check_items(items: list[dict[str, Any]], template_version: str) -> None:
@@ -85,6 +90,9 @@ def trl_config(cfg: GRPOSettings, gpu: bool, out: Path, chat: dict[str, Any]) ->
         save_strategy="steps" if cfg.save_steps else "no",
         save_steps=cfg.save_steps or 500,
         log_completions=False,
+        # the items come ordered so that each step's prompts are half position 1, half 2
+        # (batches.position_balanced); TRL's own shuffling would undo that
+        shuffle_dataset=False,
     )
 
 
@@ -117,7 +125,18 @@ def train(cfg: GRPOSettings, data: Path, cache_dir: Path | None = None) -> Path:
         dropped = before - len(items)
         log.info("max_prompt_tokens %d: %d of %d items kept, ratio kept", limit, len(items), before)
         check_items(items, cfg.template_version)
-    dataset = Dataset.from_list([{k: i[k] for k in ITEM_COLUMNS} for i in items])
+    # for the per-step rewards by stratum (rewards.reward_strata): the pair's chosen reply longer?
+    items = with_chosen_longer(items, chosen_longer_by_pair(data.parent / JUDGMENTS_FILE))
+    items, unbalanced = position_balanced(items, cfg.prompts_per_batch, cfg.seed)
+    log.info(
+        "%d items ordered so each step of %d prompts holds both positions equally "
+        "(%d left out to balance them)",
+        len(items),
+        cfg.prompts_per_batch,
+        unbalanced,
+    )
+    check_items(items, cfg.template_version)
+    dataset = Dataset.from_list([{k: i.get(k) for k in ITEM_COLUMNS} for i in items])
     rewards: list[Any] = [verdict_reward]
     if cfg.format_reward_weight:
         rewards.append(format_reward)
@@ -151,6 +170,7 @@ def train(cfg: GRPOSettings, data: Path, cache_dir: Path | None = None) -> Path:
             "sha256": file_sha256(data),
             "items": len(items),
             "dropped_too_long": dropped,
+            "dropped_to_balance_positions": unbalanced,
             "kinds": {k: sum(i["kind"] == k for i in items) for k in ("preference", "reflection")},
             "statistics": json.loads(stats_file.read_text()) if stats_file.is_file() else None,
         },
