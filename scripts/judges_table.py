@@ -23,18 +23,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+from reflectrm.checkpoints.judges import ARTIFACTS, DEFAULT_MODEL, SHIPPED, ShippedJudge
+from reflectrm.checkpoints.resolve import served_defaults
+from reflectrm.judging import defaults
 from scripts.generated import replace_between
 
 ROOT = Path(__file__).resolve().parents[1]
-ARTIFACTS = ROOT / "service" / "reflectrm" / "artifacts"
 PAGE = ROOT / "docs" / "judges.md"
 NOT_MEASURED = "not measured"
-# The model settings that serve each shipped artifact folder.
-SETTING = {
-    "judge-qwen05b-margin": ("default",),
-    "judge": ("smollm2",),
-    "judge-qwen05b": ("qwen05b",),
-}
 COLUMNS = (
     ("heldout", "held-out accuracy [95% CI]"),
     ("length_balanced", "length-balanced [95% CI]"),
@@ -114,18 +110,55 @@ def licences(manifest: dict[str, Any]) -> str:
     return ", ".join(named) if named else "not recorded"
 
 
+def shipped(folder: Path) -> ShippedJudge | None:
+    """The register's judge an artifact folder holds (each is named after its setting)."""
+    return next((j for j in SHIPPED.values() if j.folder.name == folder.name), None)
+
+
+def served(folder: Path) -> str:
+    """The mode and debias a pair is judged with when its call names none: the manifest's
+    ``serving`` block, else the method's defaults (as the settings read them)."""
+    named = served_defaults(str(folder))
+    mode = named.get("mode", defaults.MODE)
+    debias = named.get("debias", defaults.PAIR_DEBIAS)
+    return f"`{mode}`, debias `{debias}`" + ("" if named else " (the method's defaults)")
+
+
+def recipe(judge: ShippedJudge | None) -> str:
+    if judge is None:
+        return "not recorded"
+    return " → ".join(f"`{c}`" for c in judge.commands())
+
+
 def row(folder: Path) -> str:
     manifest = json.loads((folder / "manifest.json").read_text())
-    names = SETTING.get(folder.name, (f"service/reflectrm/artifacts/{folder.name}",))
-    setting = ", ".join(f"`{n}`" for n in names)
+    judge = shipped(folder)
+    setting = f"`{judge.setting}`" if judge else f"`service/reflectrm/artifacts/{folder.name}`"
     base = manifest.get("base_model", {}).get("name", "not recorded")
     cells = [cell(figure(manifest, key), percent=key != "cost") for key, _ in COLUMNS]
-    return "| " + " | ".join([setting, base, *cells, licences(manifest)]) + " |"
+    return (
+        "| "
+        + " | ".join([setting, base, served(folder), *cells, licences(manifest), recipe(judge)])
+        + " |"
+    )
+
+
+def _order(folder: Path) -> tuple[int, str]:
+    """The register's order (the default first), then any other folder by name."""
+    judge = shipped(folder)
+    return (list(SHIPPED).index(judge.setting) if judge else len(SHIPPED), folder.name)
 
 
 def render(artifacts: Path = ARTIFACTS) -> str:
-    folders = sorted(p.parent for p in artifacts.glob("*/manifest.json"))
-    header = ["`REFLECTRM_MODEL`", "base model", *(t for _, t in COLUMNS), "training data licence"]
+    folders = sorted((p.parent for p in artifacts.glob("*/manifest.json")), key=_order)
+    header = [
+        "`REFLECTRM_MODEL`",
+        "base model",
+        "a pair is judged with",
+        *(t for _, t in COLUMNS),
+        "training data licence",
+        "recipe",
+    ]
     lines = [
         "# The shipped judges",
         "",
@@ -135,6 +168,9 @@ def render(artifacts: Path = ARTIFACTS) -> str:
         "manifest does not record reads "
         f'"{NOT_MEASURED}". How each was measured: [results.md](results.md) and '
         "[training.md](training.md).",
+        "The setting, base model and recipe of each are the register's "
+        "(`service/reflectrm/checkpoints/judges.py`); how a pair is judged when its call names "
+        "no `mode` or `debias` is the manifest's `serving` block, else the method's defaults.",
         "",
         "| " + " | ".join(header) + " |",
         "|" + "---|" * len(header),
@@ -148,10 +184,10 @@ README_START = "<!-- default-judge-figures: start -->"
 README_END = "<!-- default-judge-figures: end -->"
 
 
-def readme_figures(artifacts: Path = ARTIFACTS) -> str:
+def readme_figures() -> str:
     """What the default judge does and does not, in the README's words, with its manifest's
     figures (rounded to one decimal) and the records they come from."""
-    manifest = json.loads((artifacts / "judge-qwen05b-margin" / "manifest.json").read_text())
+    manifest = SHIPPED[DEFAULT_MODEL].manifest()
     f = {
         k: figure(manifest, k) or {}
         for k in ("trap", "correctness", "heldout", "length_balanced", "ties")

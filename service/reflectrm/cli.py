@@ -11,6 +11,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
+from reflectrm.checkpoints.judges import DEFAULT_MODEL, SHIPPED
 from reflectrm.interrupts import run_command
 from reflectrm.judging.types import MODES
 from reflectrm.settings import Settings, get_settings
@@ -50,12 +51,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_prepare_model(args: argparse.Namespace) -> int:
-    from reflectrm.checkpoints.resolve import (
-        BASE_MODEL,
-        DEFAULT_MODEL,
-        SHIPPED_JUDGES,
-        prepare_model,
-    )
+    from reflectrm.checkpoints.resolve import BASE_MODEL, prepare_model
     from reflectrm.checkpoints.validate import CheckpointError, validate_checkpoint
     from reflectrm.engines.vllm_engine import served_dtype
 
@@ -72,10 +68,11 @@ def cmd_prepare_model(args: argparse.Namespace) -> int:
             prepare_model(args.name, cache, "float32", say)
         path = prepare_model(args.name, cache, dtype, say)
         if path is None:
+            names = [DEFAULT_MODEL, BASE_MODEL, *(n for n in SHIPPED if n != DEFAULT_MODEL)]
             print(
                 f"reflectrm prepare-model: {args.name!r} is not built here (a checkpoint folder "
-                "or a hub id is served as it is); names: default, base, "
-                f"{', '.join(sorted(SHIPPED_JUDGES))}, or an artifact folder",
+                f"or a hub id is served as it is); names: {', '.join(names)}, or an artifact "
+                "folder",
                 file=sys.stderr,
             )
             return 2
@@ -149,24 +146,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, help="port (default REFLECTRM_PORT or 8000)")
     p.add_argument(
         "--model",
-        help="'default' (the shipped judge), 'base' (SmolLM2-135M-Instruct untrained), "
-        "a checkpoint folder, or a hub id",
+        help=f"a shipped judge ({', '.join(SHIPPED)}; {DEFAULT_MODEL!r} is the default), 'base' "
+        "(SmolLM2-135M-Instruct untrained), a checkpoint folder, or a hub id",
     )
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser(
         "prepare-model",
         help="build a model setting's checkpoint into the cache before serving it: the shipped "
-        "judge NAME (default, qwen05b), the base model (base), or an artifact folder; each file "
-        "once, every hash checked; print its path. Set-up runs it for the default",
+        f"judge NAME ({', '.join(SHIPPED)}), the base model (base), or an artifact folder; each "
+        "file once, every hash checked; print its path. Set-up runs it for the default",
     )
     p.add_argument(
         "name",
         nargs="?",
-        default="default",
+        default=DEFAULT_MODEL,
         metavar="NAME",
-        help="default (the shipped judge; the default), base, qwen05b, smollm2, or an artifact "
-        "folder",
+        help=f"{DEFAULT_MODEL} (the default judge; the default), base, "
+        f"{', '.join(n for n in SHIPPED if n != DEFAULT_MODEL)}, or an artifact folder",
     )
     p.add_argument(
         "--dtype",
@@ -195,8 +192,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--url", help="judge through a running service instead of an own engine")
     p.add_argument(
         "--model",
-        help="'default' (the shipped judge), 'base' (SmolLM2-135M-Instruct untrained), "
-        "a checkpoint folder, or a hub id",
+        help=f"a shipped judge ({', '.join(SHIPPED)}; {DEFAULT_MODEL!r} is the default), 'base' "
+        "(SmolLM2-135M-Instruct untrained), a checkpoint folder, or a hub id",
     )
     p.set_defaults(func=cmd_judge)
 

@@ -19,6 +19,7 @@ from pydantic import Field, PrivateAttr, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from reflectrm.checkpoints.base import default_cache_dir
+from reflectrm.checkpoints.judges import SHIPPED
 from reflectrm.checkpoints.resolve import (
     DEFAULT_MODEL,
     margin_weights,
@@ -85,6 +86,11 @@ _SOURCES: dict[type, tuple[str, dict[str, str]]] = {
 }
 
 
+def _folder(setting: str) -> str:
+    """A shipped judge's folder as the model setting's description names it."""
+    return f"artifacts/{SHIPPED[setting].folder.name}"
+
+
 # judging.debias's Debias, spelled here: the settings import no module that imports the judge.
 Debias = Literal["none", "swap"]
 
@@ -105,12 +111,13 @@ class Settings(BaseSettings):
     # --- model -------------------------------------------------------------------------------
     model: str = Field(
         _ENGINE.model,
-        description="'default': the margin judge the package ships (artifacts/judge-qwen05b-"
-        "margin: Qwen2.5-Coder-0.5B-Instruct as it ships, no weights of its own, with template v3 "
-        "and the margin weights its manifest names; its figures in docs/judges.md). 'qwen05b': "
-        "the judge on Qwen2.5-Coder-0.5B-Instruct with an added layer (artifacts/judge-qwen05b; "
-        "trained on CC BY-NC data). 'smollm2': the judge on SmolLM2-135M-Instruct, an adapter "
-        "and a verdict layer trained here (artifacts/judge). 'base': SmolLM2-135M-Instruct "
+        description=f"'default': the margin judge the package ships ({_folder('default')}: "
+        f"{SHIPPED['default'].backbone} as it ships, no weights of its own, with template "
+        f"{SHIPPED['default'].template} and the margin weights its manifest names; its figures "
+        f"in docs/judges.md). 'qwen05b': the judge on {SHIPPED['qwen05b'].backbone} with an "
+        f"added layer ({_folder('qwen05b')}; trained on CC BY-NC data). 'smollm2': the judge on "
+        f"{SHIPPED['smollm2'].backbone}, an adapter and a verdict layer trained here "
+        f"({_folder('smollm2')}). 'base': SmolLM2-135M-Instruct "
         "untrained. These are built into cache_dir by `reflectrm prepare-model NAME` before "
         "serving (set-up does it for the default). Or a judge folder of `reflectrm train "
         "ship-judge` or `marker-layer`, a Hugging Face-format checkpoint folder, or a hub id "

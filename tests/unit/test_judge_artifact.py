@@ -3,6 +3,7 @@ with a message naming the file; the merge equals peft's; the default setting ser
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shutil
@@ -28,9 +29,9 @@ from reflectrm.checkpoints.files import (
     PREPARED_MARKER,
     file_sha256,
 )
+from reflectrm.checkpoints.judges import SHIPPED
 from reflectrm.checkpoints.resolve import (
     DEFAULT_MODEL,
-    SHIPPED_JUDGES,
     prepare_model,
     resolve_model,
 )
@@ -133,6 +134,10 @@ def test_built_once_then_reused(base: Path, tmp_path: Path, gguf: Path) -> None:
     assert served["name"] == "tiny-judge"
     again = prepare_judge(cache, gguf, prepare_base, lambda _: None, art)
     assert again == path
+    assert builds == [1]
+    # The build is keyed by the artifact's name and files, not its folder: moved, it is found.
+    moved = art.rename(tmp_path / "renamed")
+    assert prepare_judge(cache, gguf, prepare_base, lambda _: None, moved, build=False) == path
     assert builds == [1]
 
 
@@ -262,13 +267,21 @@ def test_the_base_model_is_copied_into_the_served_dtype_once(
 # --- the default setting ------------------------------------------------------------------------
 
 
+def _ship_as_default(monkeypatch: pytest.MonkeyPatch, folder: Path) -> None:
+    """The register, its default judge's folder ``folder``."""
+    import reflectrm.checkpoints.resolve as resolve
+
+    judge = dataclasses.replace(SHIPPED[DEFAULT_MODEL], folder=folder)
+    monkeypatch.setattr(resolve, "SHIPPED", {**SHIPPED, DEFAULT_MODEL: judge})
+
+
 def test_the_default_setting_serves_the_packaged_judge_when_there_is_one(
     base: Path, tmp_path: Path, gguf: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import reflectrm.checkpoints.resolve as resolve
 
     art = _artifact(base, tmp_path, gguf)
-    monkeypatch.setattr(resolve, "DEFAULT_JUDGE_DIR", art)
+    _ship_as_default(monkeypatch, art)
     monkeypatch.setattr(resolve, "find_gguf", lambda cache, say, build=True: gguf)
     monkeypatch.setattr(
         resolve, "prepare_smollm2", lambda cache, say, dtype="float32", build=True: base
@@ -300,7 +313,7 @@ def test_without_a_packaged_judge_the_default_is_the_base_model(
 ) -> None:
     import reflectrm.checkpoints.resolve as resolve
 
-    monkeypatch.setattr(resolve, "DEFAULT_JUDGE_DIR", tmp_path / "no-judge")
+    _ship_as_default(monkeypatch, tmp_path / "no-judge")
     monkeypatch.setattr(
         resolve, "prepare_smollm2", lambda cache, say, dtype="float32", build=True: base
     )
@@ -318,7 +331,9 @@ def test_prepare_model_refuses_what_is_not_built_here(
     assert cli.main(["prepare-model", str(folder), "--dtype", "float32"]) == 2
     [line] = capsys.readouterr().err.strip().splitlines()
     assert line.startswith(f"reflectrm prepare-model: '{folder}' is not built here")
-    assert f"default, base, {', '.join(sorted(SHIPPED_JUDGES))}, or an artifact folder" in line
+    others = ", ".join(n for n in SHIPPED if n != DEFAULT_MODEL)
+    assert f"names: default, base, {others}, or an artifact folder" in line
+    assert others == "qwen05b, smollm2"
 
 
 def test_the_package_ships_a_judge_with_its_verdict_layer_and_every_hash_holds() -> None:
@@ -326,17 +341,18 @@ def test_the_package_ships_a_judge_with_its_verdict_layer_and_every_hash_holds()
     file has the recorded sha256, and its held-out figures are recorded; its held-out split is
     the harness's (only its hash is here)."""
     from reflectrm.checkpoints.artifact import check_artifact, is_judge_artifact
-    from reflectrm.checkpoints.files import ARTIFACT_DIR, VERDICT_WEIGHTS
+    from reflectrm.checkpoints.files import VERDICT_WEIGHTS
 
-    assert is_judge_artifact(ARTIFACT_DIR)
-    manifest = read_manifest(ARTIFACT_DIR)
+    folder = SHIPPED["smollm2"].folder
+    assert is_judge_artifact(folder)
+    manifest = read_manifest(folder)
     assert set(manifest["files"]) == {
         ADAPTER_WEIGHTS,
         ADAPTER_CONFIG,
         VERDICT_WEIGHTS,
     }
-    assert not list(ARTIFACT_DIR.glob("*split*"))
+    assert not list(folder.glob("*split*"))
     assert len(manifest["split"]["sha256"]) == 64
-    check_artifact(ARTIFACT_DIR, manifest, None)
+    check_artifact(folder, manifest, None)
     assert manifest["heldout"]["accuracy_mean_of_both_orders"] > manifest["heldout"]["longer_wins"]
     assert manifest["verdict"]["scale"] in manifest["verdict"]["config"]["scales"]

@@ -22,7 +22,7 @@ def write(folder: Path, manifest: dict) -> None:
 
 def test_figures_come_from_the_manifest_or_read_not_measured(tmp_path: Path) -> None:
     write(
-        tmp_path / "judge",
+        tmp_path / "smollm2",
         {
             "base_model": {"name": "B"},
             "figures": {
@@ -39,6 +39,7 @@ def test_figures_come_from_the_manifest_or_read_not_measured(tmp_path: Path) -> 
     assert cells == [
         "`smollm2`",
         "B",
+        "`reflect`, debias `none` (the method's defaults)",
         "61.0% [58.0, 64.0] ([record](records/x))",
         NOT_MEASURED,
         NOT_MEASURED,  # a figure without a value is not measured
@@ -47,14 +48,34 @@ def test_figures_come_from_the_manifest_or_read_not_measured(tmp_path: Path) -> 
         NOT_MEASURED,
         "33.0 generated tokens",
         "CC-BY-4.0, MIT",
+        "`reflectrm train judge` → `reflectrm train verdict` → `reflectrm train ship-judge`",
     ]
     cells = [c.strip() for c in second.strip("|").split("|")]
     assert cells == [
         "`service/reflectrm/artifacts/judge-other`",
         "not recorded",
+        "`reflect`, debias `none` (the method's defaults)",
         *[NOT_MEASURED] * 7,
         "not recorded",
+        "not recorded",
     ]
+
+
+def test_a_judge_is_listed_with_the_mode_and_debias_its_manifest_serves_it_with(
+    tmp_path: Path,
+) -> None:
+    serving = {"mode": "margin", "debias": "swap", "why": "position"}
+    write(tmp_path / "default", {"base_model": {"name": "B"}, "files": {}, "serving": serving})
+    cells = [c.strip() for c in render(tmp_path).strip().splitlines()[-1].strip("|").split("|")]
+    assert cells[:3] == ["`default`", "B", "`margin`, debias `swap`"]
+    assert cells[-1] == "`reflectrm train margin-features` → `reflectrm train margin-fit`"
+
+
+def test_the_shipped_judges_are_listed_in_the_registers_order() -> None:
+    from reflectrm.checkpoints.judges import SHIPPED
+
+    rows = render().strip().splitlines()[-len(SHIPPED) :]
+    assert [r.split("|")[1].strip() for r in rows] == [f"`{s}`" for s in SHIPPED]
 
 
 def test_the_held_out_block_of_an_older_manifest_is_read(tmp_path: Path) -> None:
@@ -64,10 +85,10 @@ def test_the_held_out_block_of_an_older_manifest_is_read(tmp_path: Path) -> None
         "says_response_1_percent": 52.73,
         "records": "docs/records/h/",
     }
-    write(tmp_path / "judge", {"heldout": held})
+    write(tmp_path / "smollm2", {"heldout": held})
     cells = [c.strip() for c in render(tmp_path).strip().splitlines()[-1].strip("|").split("|")]
-    assert cells[2] == "60.6% [57.8, 63.5] ([record](records/h))"
-    assert cells[6] == "52.7% ([record](records/h))"
+    assert cells[3] == "60.6% [57.8, 63.5] ([record](records/h))"
+    assert cells[7] == "52.7% ([record](records/h))"
 
 
 def test_the_readmes_figures_on_the_default_judge_are_its_manifests() -> None:

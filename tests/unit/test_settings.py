@@ -127,10 +127,9 @@ def test_the_settings_defaults_build_the_configs_defaults() -> None:
 
 
 def test_the_default_judge_is_served_with_its_manifests_template_and_margin_weights() -> None:
-    from reflectrm.checkpoints.artifact import read_manifest
-    from reflectrm.checkpoints.files import DEFAULT_JUDGE_DIR
+    from reflectrm.checkpoints.judges import DEFAULT_MODEL, SHIPPED
 
-    manifest = read_manifest(DEFAULT_JUDGE_DIR)
+    manifest = SHIPPED[DEFAULT_MODEL].manifest()
     config = Settings().judge_config()
     assert config.template_version == manifest["template_version"]
     assert config.margin_verdict_weight == manifest["margin"]["verdict_weight"]

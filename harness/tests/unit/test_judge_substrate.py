@@ -1,17 +1,16 @@
 """The recipe substrate of ``training/judge``: the one split rule reproduces the splits the shipped
-judges were built with (the SmolLM2 judge's stored split file, judge-qwen05b's pool counts, the
+judges were built with (the SmolLM2 judge's stored split file, the qwen05b judge's pool counts, the
 verdict layer's development prompts), and the one logistic fit gives what the three fits gave."""
 
 from __future__ import annotations
 
 import hashlib
-import json
 import math
-from pathlib import Path
 
 import numpy as np
 import torch
 
+from reflectrm.checkpoints.judges import SHIPPED
 from reflectrm.judging.types import Message
 from reflectrm_harness.datasets import Pair
 from reflectrm_harness.training.judge.marker_layer import fit_probe
@@ -28,11 +27,9 @@ from reflectrm_harness.training.judge.split import (
 from reflectrm_harness.training.judge.verdict_layer import VerdictConfig, is_dev
 from support.prerequisites import require_shared_data
 
-ARTIFACTS = Path(__file__).resolve().parents[3] / "service" / "reflectrm" / "artifacts"
-
 
 def test_the_smollm2_judges_manifest_records_the_harnesss_split_file() -> None:
-    manifest = json.loads((ARTIFACTS / "judge" / "manifest.json").read_text())
+    manifest = SHIPPED["smollm2"].manifest()
     assert manifest["split"]["file"] == JUDGE_SPLIT.name
     assert manifest["split"]["sha256"] == hashlib.sha256(JUDGE_SPLIT.read_bytes()).hexdigest()
     assert len(read_split(JUDGE_SPLIT)["pairs"]) == 843
@@ -47,7 +44,7 @@ def test_the_smollm2_judges_stored_split_is_made_again_exactly() -> None:
 
 def test_the_qwen_judges_pool_is_split_again_as_its_manifest_records() -> None:
     train, benchmarks = require_shared_data("train"), require_shared_data("benchmarks")
-    manifest = json.loads((ARTIFACTS / "judge-qwen05b" / "manifest.json").read_text())
+    manifest = SHIPPED["qwen05b"].manifest()
     split = manifest["split"]
     config = PoolConfig()
     assert (config.seed, config.heldout_fraction, config.dev_fraction) == (
@@ -63,7 +60,7 @@ def test_the_qwen_judges_pool_is_split_again_as_its_manifest_records() -> None:
 
 
 def _old_role(pair: Pair, seed: int, heldout: float, dev: float) -> str:
-    """``pool.role_of`` as it was when judge-qwen05b was built."""
+    """``pool.role_of`` as it was when the qwen05b judge was built."""
     digest = hashlib.sha256(f"judge-split:{seed}:{prompt_key(pair)}".encode()).digest()
     u = int.from_bytes(digest[:8], "big") / 2**64
     return "heldout" if u < heldout else "dev" if u < heldout + dev else "train"

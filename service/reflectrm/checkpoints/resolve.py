@@ -20,37 +20,30 @@ from reflectrm.checkpoints.artifact import (
 )
 from reflectrm.checkpoints.backbones import BACKBONES, assemble_gguf, prepare_backbone
 from reflectrm.checkpoints.base import default_cache_dir, find_gguf, prepare_smollm2
-from reflectrm.checkpoints.files import (
-    ARTIFACT_DIR,
-    ARTIFACT_MANIFEST,
-    DEFAULT_JUDGE_DIR,
-    MANIFEST,
-    QWEN05B_ARTIFACT_DIR,
-)
+from reflectrm.checkpoints.files import ARTIFACT_MANIFEST, MANIFEST
+from reflectrm.checkpoints.judges import DEFAULT_MODEL, SHIPPED
 from reflectrm.checkpoints.validate import CheckpointError, NotPreparedError, validate_checkpoint
 
 log = logging.getLogger(__name__)
 
-# The model setting that names the default judge (DEFAULT_JUDGE_DIR, artifacts/judge-qwen05b-
-# margin: its backbone as it ships, with the template and margin weights its manifest names),
-# built on first use.
-DEFAULT_MODEL = "default"
-# The model setting that names the embedded SmolLM2-135M-Instruct as it ships, untrained.
+# The model setting that names the embedded SmolLM2-135M-Instruct as it ships, untrained. The
+# settings that name a judge shipped in the package (DEFAULT_MODEL, the default judge, among
+# them) are the register's, SHIPPED (checkpoints/judges.py).
 BASE_MODEL = "base"
-# Model settings that name another judge shipped in the package (an artifact folder).
-SHIPPED_JUDGES = {"qwen05b": QWEN05B_ARTIFACT_DIR, "smollm2": ARTIFACT_DIR}
 
 
 def prepare_default_judge(
     cache_dir: Path | None = None,
     say: Callable[[str], None] = print,
-    artifact: Path = ARTIFACT_DIR,
+    artifact: Path | None = None,
     dtype: str = "float32",
     build: bool = True,
 ) -> Path:
-    """The judge of ``artifact`` in ``dtype``, built from its base model and its files once;
-    unless ``build``, only found (NotPreparedError when it is not there)."""
+    """The judge of ``artifact`` (the default judge's folder unless given) in ``dtype``, built
+    from its base model and its files once; unless ``build``, only found (NotPreparedError when
+    it is not there)."""
     cache_dir = cache_dir or default_cache_dir()
+    artifact = artifact or named_folder(DEFAULT_MODEL)
     try:
         base_name = read_manifest(artifact).get("base_model", {}).get("name")
         backbone = BACKBONES.get(str(base_name))
@@ -88,10 +81,10 @@ def prepare_default_judge(
 
 
 def named_folder(model: str) -> Path:
-    """The folder a model setting names: a shipped judge's, or the setting as a path."""
-    if model == DEFAULT_MODEL:
-        return DEFAULT_JUDGE_DIR
-    return SHIPPED_JUDGES.get(model) or Path(model).expanduser()
+    """The folder a model setting names: a shipped judge's (the register's), or the setting as
+    a path."""
+    judge = SHIPPED.get(model)
+    return judge.folder if judge is not None else Path(model).expanduser()
 
 
 def builds_checkpoint(model: str) -> bool:
