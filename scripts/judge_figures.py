@@ -3,7 +3,7 @@ reports of `reflectrm eval` (report.json), so that docs/judges.md (scripts/judge
 generated from records, never typed by hand.
 
     .venv/bin/python -m scripts.judge_figures \
-        --manifest service/reflectrm/artifacts/judge-qwen05b-margin/manifest.json \
+        --manifest service/reflectrm/artifacts/default/manifest.json \
         --mode margin+swap --heldout docs/records/X/report.json --heldout-name heldout \
         --trap docs/records/Y/report.json
 

@@ -10,7 +10,7 @@ the share of pairs whose two orders name the same response, among those with a v
 Both with a Wilson 95% interval; the JSON output holds both and every check's result.
 
     env PYTHONPATH=service .venv/bin/python -m studies.swap_consistency \\
-        --pairs runs/heldout.jsonl.gz --limit 100 --model service/reflectrm/artifacts/judge \\
+        --pairs runs/heldout.jsonl.gz --limit 100 --model service/reflectrm/artifacts/smollm2 \\
         --offline runs/judge-eval/heldout/results.jsonl \\
         --out docs/records/online-vs-offline-consistency
 """

@@ -30,7 +30,7 @@ from reflectrm.settings import Settings
 
 T = TypeVar("T")
 
-# The judge these tests serve: the SmolLM2-135M judge (artifacts/judge), the smallest shipped,
+# The judge these tests serve: the SmolLM2-135M judge (artifacts/smollm2), the smallest shipped,
 # so that the suite's many real judgments stay fast. Every service started here, in process or
 # as a child process, reads it (``e2e_model``); the default judge has its own test
 # (test_default_judge_e2e).

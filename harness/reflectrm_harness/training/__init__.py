@@ -1,10 +1,10 @@
 """``reflectrm train``: two recipes over a small core (docs/training.md).
 
-- ``judge/``: the recipe that built the `smollm2` judge (artifacts/judge): a held-out
+- ``judge/``: the recipe that built the `smollm2` judge (artifacts/smollm2): a held-out
   split, supervised LoRA training of the output format (``sft``), an added verdict layer fitted
   on that run's states (``verdict_layer``), and shipping the result with its manifest
   (``ship``); ``heldout`` writes the held-out pairs for ``reflectrm eval``. The Qwen judge
-  (artifacts/judge-qwen05b) was built by ``states`` (one states pass), ``pool`` (its split),
+  (artifacts/qwen05b) was built by ``states`` (one states pass), ``pool`` (its split),
   ``readout`` and ``marker_layer``.
 - ``grpo/``: the paper's recipe: the base model's own judgments built into preference and
   reflection items (``data``), GRPO on them (``train``), an optional format warm-up, the export

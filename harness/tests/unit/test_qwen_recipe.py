@@ -1,4 +1,4 @@
-"""The steps that built judge-qwen05b (``states``, ``pool``, ``readout``, ``marker_layer``), on
+"""The steps that built the qwen05b judge (``states``, ``pool``, ``readout``, ``marker_layer``), on
 cases worked out by hand: where a marker ends, the round robin of a states pass, the split by
 prompt, the length weights and the logistic fit every readout and probe uses."""
 

@@ -1,4 +1,4 @@
-"""The steps that built judge-qwen05b, end to end on a tiny model through ``reflectrm train``:
+"""The steps that built the qwen05b judge, end to end on a tiny model through ``reflectrm train``:
 ``pool`` splits the pool by prompt and drops benchmark prompts; ``states`` (the one states pass)
 reads every planned item once, shared by two workers, keeping the states the model computes;
 ``readouts`` fits and scores the position-free readouts on them; ``marker-layer`` fits the verdict

@@ -1,4 +1,4 @@
-"""The judge recipe: what built the served default judge (``service/reflectrm/artifacts/judge``).
+"""The judge recipe: what built the `smollm2` judge (``service/reflectrm/artifacts/smollm2``).
 
 In order: ``split`` holds out whole prompts of the training pool; ``sft`` (``reflectrm train
 judge``) teaches the output format with LoRA, every pair in both orders; ``verdict_layer``

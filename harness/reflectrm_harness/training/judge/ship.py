@@ -1,6 +1,6 @@
 """``reflectrm train ship-judge``: a finished judge run as the artifact the service ships.
 
-The artifact folder (service/reflectrm/artifacts/judge for the SmolLM2 judge) gets the adapter's
+The artifact folder (service/reflectrm/artifacts/smollm2 for the SmolLM2 judge) gets the adapter's
 two files (and the verdict layer's, when given) and ``manifest.json`` recording the sha256 of each
 of them, of the base model's GGUF file, of every data file and of the held-out split (which stays
 with the harness, ``split.JUDGE_SPLIT``: the service does not read it), with the run's command,

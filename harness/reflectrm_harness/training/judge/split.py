@@ -26,7 +26,7 @@ from typing import Any
 
 from reflectrm_harness.datasets import Pair, read_pairs
 
-# The held-out split of the SmolLM2 judge (REFLECTRM_MODEL=smollm2, artifacts/judge): the pairs
+# The held-out split of the SmolLM2 judge (REFLECTRM_MODEL=smollm2, artifacts/smollm2): the pairs
 # its recipe never trained on; its manifest records the file's sha256.
 JUDGE_SPLIT = Path(__file__).resolve().parents[2] / "splits" / "judge-holdout-split.json"
 
