@@ -248,3 +248,12 @@ def test_the_logged_reward_is_the_mean_of_verdict_reward_on_each_step(
         assert row["reward"] == pytest.approx(mean, abs=1e-6)  # the only reward (weight 1)
         std = statistics.stdev(call.rewards)
         assert row["rewards/verdict_reward/std"] == pytest.approx(std, abs=1e-6)
+        # each step holds both positions (the items are ordered so), and its row the mean
+        # reward of each position's completions
+        assert sorted(set(call.labels)) == [1, 2]
+        for y in (1, 2):
+            pairs = zip(call.rewards, call.labels, strict=True)
+            mean_y = statistics.fmean(r for r, label in pairs if label == y)
+            assert row[f"reward_by/right_{y}"] == pytest.approx(mean_y, abs=1e-6)
+        # no judgments.jsonl beside these items: no length stratum
+        assert "reward_by/chosen_longer" not in row
