@@ -4,5 +4,7 @@ the base model judge every pair and builds the preference + reflection mix; ``tr
 checkpoint (``trainer``, ``export``); ``warmup`` is an optional supervised format warm-up for
 small models (not in the paper); ``check`` measures a judge before and after; ``sources`` reads
 the pairs (HelpSteer3 converted); ``config`` holds the job's settings (``grpo_default.yaml``:
-the paper's values).
+the paper's values). ``pairs`` (``reflectrm train grpo-pairs``) builds counterfactual pairs in
+which the longer reply is the better one exactly half the time; ``batches`` orders the items so
+that each step's prompts hold both positions equally.
 """
