@@ -28,7 +28,7 @@ from loadtests.common.ports import HOST, free_port
 from loadtests.common.process import kill_group, launch, stop_process, wait_ready
 from reflectrm.engines.config import EngineConfig
 from reflectrm.engines.factory import resolve
-from reflectrm.engines.vllm_engine import vllm_serve_args
+from reflectrm.engines.vllm_engine import engine_environment, vllm_serve_args
 
 # Finished requests (a request aborted by its client is not counted here by vLLM 0.32).
 SUCCESS = "vllm:request_success_total"
@@ -106,7 +106,7 @@ def start_replica(
     core 0 otherwise, so two replicas on one machine would share one core). ``extra_args``: more
     ``vllm serve`` options (``--enable-log-requests`` logs each request's id)."""
     port = free_port()
-    env = {**os.environ, **(extra_env or {})}
+    env = {**engine_environment(), **(extra_env or {})}
     if core is not None:
         env["VLLM_CPU_OMP_THREADS_BIND"] = str(core)
     command = [

@@ -86,6 +86,27 @@ async def test_an_asked_token_missing_from_the_answer_is_an_engine_error():
         await eng.generate(PROMPT, spec, "r")
 
 
+async def test_a_request_the_engine_failed_is_an_engine_error_not_an_empty_output():
+    # vLLM finishes a request whose structured-output grammar did not compile with "error"
+    # and no text: judged as it is, it would count as an unparsed candidate.
+    def failed(params: Any) -> Any:
+        out = output([{SAMPLED: logprob(-0.4, "1")}])
+        out.outputs[0].finish_reason, out.outputs[0].text = "error", ""
+        return out
+
+    eng, _ = engine(failed)
+    with pytest.raises(EngineError, match="the engine failed a request"):
+        await eng.generate(PROMPT, SamplingSpec(n=1, temperature=0.0, max_tokens=1), "r")
+
+
+def test_engines_get_a_generous_regex_compile_bound_unless_the_environment_sets_one():
+    from reflectrm.engines.vllm_engine import engine_environment
+
+    assert engine_environment({})["VLLM_REGEX_COMPILATION_TIMEOUT_S"] == "120"
+    own = {"VLLM_REGEX_COMPILATION_TIMEOUT_S": "9", "PATH": "/bin"}
+    assert engine_environment(own) == own
+
+
 def prompt_rows(cached: int) -> list[Any]:
     """vLLM's prompt log-probs: None for the first token, then {token: log-prob} per row; the
     rows of the tokens read from the cache hold whatever their memory held."""

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import os
 import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -124,6 +125,21 @@ def engine_kwargs(config: EngineConfig) -> dict[str, Any]:
         if config.enable_chunked_prefill is not None:
             kwargs["enable_chunked_prefill"] = config.enable_chunked_prefill
     return kwargs
+
+
+# vLLM compiles each structured-output regex under a timeout (5 s by default) and fails the
+# request past it. The judging regexes are the service's own, bounded and cached after their first
+# compile, but on two busy CPU cores a first compile was seen to take longer than 5 s: the
+# in-process engine and ``vllm serve`` replicas get this generous bound unless the environment
+# sets one.
+ENGINE_ENVIRONMENT = {"VLLM_REGEX_COMPILATION_TIMEOUT_S": "120"}
+
+
+def engine_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment an engine runs in: ``environ`` (default the process's) with
+    ENGINE_ENVIRONMENT's values where it sets none."""
+    environ = dict(os.environ if environ is None else environ)
+    return {**ENGINE_ENVIRONMENT, **environ}
 
 
 def engine_args(config: EngineConfig) -> Any:
@@ -280,6 +296,10 @@ def _generation(c: Any, top: int = 0, asked: Sequence[int] = ()) -> Generation:
                 alternatives.append(
                     tuple((lp.decoded_token or "", float(lp.logprob)) for lp in entry.values())
                 )
+    if c.finish_reason == "error":
+        # The engine failed this request (a structured-output grammar that did not compile,
+        # for one): an error, never an empty output that would be judged as unparsed.
+        raise EngineError("the engine failed a request (its log says why); retry it")
     finish: FinishReason = "abort"
     if c.finish_reason == "stop":
         finish = "stop"
@@ -304,6 +324,8 @@ async def vllm_engine(config: EngineConfig) -> AsyncIterator[VLLMEngine]:
     model_path = config.model
     args = engine_args(config)
     log.info("starting vLLM engine for %s", model_path)
+    for name, value in ENGINE_ENVIRONMENT.items():
+        os.environ.setdefault(name, value)  # read by the engine's processes as they start
     # The engine's processes must not outlive this one, however it ends (see engines/reaper.py).
     reaper = Reaper()
     try:
