@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import gzip
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, get_args
@@ -80,6 +80,18 @@ def read_pairs(path: Path) -> Iterator[Pair]:
     """The pairs of one shared-schema file, validated row by row."""
     for where, row in read_rows(path):
         yield pair_from_row(row, where=where)
+
+
+def write_rows(rows: Iterable[Mapping[str, Any]], path: Path) -> int:
+    """Rows as a JSONL file, gzip-compressed when its name ends in ``.gz``; how many."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    opener = gzip.open if path.suffix == ".gz" else open
+    n = 0
+    with opener(path, "wt", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+            n += 1
+    return n
 
 
 def pair_to_row(pair: Pair) -> dict[str, Any]:

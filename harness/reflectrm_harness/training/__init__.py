@@ -9,6 +9,7 @@
 - ``grpo/``: the paper's recipe: the base model's own judgments built into preference and
   reflection items (``data``), GRPO on them (``train``), an optional format warm-up, the export
   of a servable checkpoint and a quick before/after check.
-- The core: ``cli`` (every ``train`` command) and ``overrides`` (``--set KEY=VALUE`` and the one
+- The core: ``cli`` (``reflectrm train``, composed of each recipe's ``cli``: its commands),
+  ``options`` (what the commands share) and ``overrides`` (``--set KEY=VALUE`` and the one
   builder of either recipe's settings from outside values).
 """

@@ -8,14 +8,18 @@ training is meant to teach a small model: writing a parseable verdict, and the r
 from __future__ import annotations
 
 import asyncio
+import json
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
+from reflectrm.engines import EngineConfig, open_engine
 from reflectrm.engines.base import Engine
 from reflectrm.judging.judge import Judge, JudgeConfig, PromptTooLongError
 from reflectrm.judging.types import JudgmentSpec
 from reflectrm_harness.datasets import Pair
+from reflectrm_harness.training.grpo.export import add_evaluation
 
 
 @dataclass(frozen=True)
@@ -117,3 +121,24 @@ async def check(engine: Engine, pairs: Sequence[Pair], config: CheckConfig) -> C
             for i, at, v, e in results
         ],
     )
+
+
+async def check_model(
+    engine_config: EngineConfig, model: str, pairs: Sequence[Pair], config: CheckConfig
+) -> dict[str, object]:
+    """``check`` on an engine opened for ``model``: its summary, the model named."""
+    async with open_engine(engine_config) as engine:
+        result = await check(engine, pairs, config)
+    return {"model": model, **result.summary()}
+
+
+def save_check(
+    summary: dict[str, object], out: Path | None, checkpoint: Path, record: str | None
+) -> None:
+    """The summary written to ``out`` as JSON and, under ``record``, into the checkpoint's
+    manifest (the figures only: the per-judgment verdicts stay in ``out``)."""
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(summary, indent=2) + "\n")
+    if record:
+        add_evaluation(checkpoint, record, {k: v for k, v in summary.items() if k != "verdicts"})

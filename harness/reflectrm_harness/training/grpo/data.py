@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from reflectrm.engines import EngineConfig, open_engine
 from reflectrm.engines.base import Engine
 from reflectrm.judging.judge import Judge, JudgeConfig, PromptTooLongError
 from reflectrm.judging.prompts import (
@@ -405,6 +406,14 @@ def refit(
     n_pref, n_refl = mix_counts(len(kept_pref), len(kept_refl), ratio)
     keep = {id(i) for i in kept_pref[:n_pref] + kept_refl[:n_refl]}
     return [i for i in items if id(i) in keep]
+
+
+async def build_with_engine(
+    engine_config: EngineConfig, pairs: Sequence[Pair], config: BuildConfig, out_dir: Path
+) -> Stats:
+    """``build`` on an engine opened for it (``reflectrm train build-data``)."""
+    async with open_engine(engine_config) as engine:
+        return await build(engine, pairs, config, out_dir)
 
 
 def rebuild(judgments: Path, config: BuildConfig, out_dir: Path) -> Stats:

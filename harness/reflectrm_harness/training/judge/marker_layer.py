@@ -34,7 +34,7 @@ from typing import Any
 from reflectrm_harness.evaluation.length import length_balanced
 from reflectrm_harness.training.judge.model import fit_logistic, pack_sparse
 from reflectrm_harness.training.judge.readout import length_weights, shares
-from reflectrm_harness.training.judge.states import load_plan, load_states
+from reflectrm_harness.training.judge.states import PLAN, load_plan, load_states
 
 LAYER_FILE = "verdict-layer.safetensors"
 
@@ -461,3 +461,25 @@ def plain(x: Any) -> Any:
     if isinstance(x, np.ndarray):
         return x.tolist()
     raise TypeError(type(x))
+
+
+def ship_layer(
+    states: Path,
+    model_path: Path,
+    out: Path,
+    config: LayerConfig,
+    command: str,
+    name: str,
+    report_path: Path | None = None,
+) -> dict[str, Any]:
+    """``reflectrm train marker-layer``: the layer fitted on the states pass, the artifact
+    written to ``out`` (the pass's plan names the pool), and the fit's report (without the
+    layer's parts) to ``report_path`` when given; the report."""
+    report = fit_layer(states, model_path, config)
+    info = json.loads((states / PLAN).read_text())["info"]
+    write_artifact(out, report, model_path, config, info, command, name)
+    if report_path:
+        body = {k: v for k, v in report.items() if k != "parts"}
+        report_path.parent.mkdir(parents=True, exist_ok=True)
+        report_path.write_text(json.dumps(body, indent=1, default=plain) + "\n")
+    return report

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from reflectrm.checkpoints.files import file_sha256
-from reflectrm_harness.datasets import Pair
+from reflectrm_harness.datasets import Pair, write_rows
 from reflectrm_harness.training.judge.split import prompt_draw, role_by_draw
 from reflectrm_harness.training.judge.states import (
     Item,
@@ -205,6 +205,14 @@ def role_rows(
         for p in pairs:
             rows.append({**pair_to_row(p), "source": source})
     return rows
+
+
+def write_role(
+    pool: Pool, role: str, caps: Mapping[str, int], config: PoolConfig, out: Path
+) -> int:
+    """``role_rows`` written to ``out`` (JSONL, gzip-compressed when it ends in ``.gz``); how
+    many pairs."""
+    return write_rows(role_rows(pool, role, caps, config), out)
 
 
 def states_pass(

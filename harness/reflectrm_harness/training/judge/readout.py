@@ -16,6 +16,7 @@ of ``reflectrm_harness.evaluation.length``, on the development split and on the 
 
 from __future__ import annotations
 
+import json
 import random
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -138,4 +139,14 @@ def readouts(
                 "by_penalty": by_penalty,
             }
         report[folder.name] = model_report
+    return report
+
+
+def write_readouts(
+    state_dirs: Sequence[Path], out: Path, train_sources: Sequence[str] | None = None
+) -> dict[str, Any]:
+    """``readouts`` of the passes, written to ``out`` as JSON (``reflectrm train readouts``)."""
+    report = readouts(state_dirs, train_sources=train_sources)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=1) + "\n")
     return report

@@ -44,11 +44,14 @@ def ship_judge(
     to: Path,
     name: str,
     command: str,
-    heldout: dict[str, Any] | None = None,
+    heldout: dict[str, Any] | Path | None = None,
     verdict: Path | None = None,
 ) -> dict[str, Any]:
-    """``verdict``: a folder of ``reflectrm train verdict`` whose added layer ships with the
-    adapter (its file hashed like the others, its report in the manifest)."""
+    """``heldout``: held-out figures to record, or a JSON file of them. ``verdict``: a folder of
+    ``reflectrm train verdict`` whose added layer ships with the adapter (its file hashed like
+    the others, its report in the manifest)."""
+    if isinstance(heldout, Path):
+        heldout = json.loads(heldout.read_text())
     summary_path = run / SUMMARY_FILE
     if not summary_path.is_file():
         raise ValueError(f"{run} has no {SUMMARY_FILE}: the run has not finished")

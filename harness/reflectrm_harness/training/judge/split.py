@@ -162,3 +162,15 @@ def write_split(split: dict[str, Any], path: Path) -> None:
 
 def read_split(path: Path) -> dict[str, Any]:
     return dict(json.loads(path.read_text()))
+
+
+def load_or_make_split(
+    path: Path, sources: Sequence[SourcePairs], fraction: float, seed: int
+) -> tuple[dict[str, Any], bool]:
+    """The split in ``path`` if the file exists, else one made (``fraction`` of each file's
+    prompts held out) and written there; and whether it was made."""
+    if path.is_file():
+        return read_split(path), False
+    split = make_split(sources, fraction, seed)
+    write_split(split, path)
+    return split, True
