@@ -3,7 +3,18 @@ rendered from the saved `reflectrm eval` record (docs/records/default-judge-mode
 invocation per mode, each with its own engine, so no mode reads another's prefix cache).
 tests/unit/test_mode_table.py fails when the page no longer holds them.
 
+Reflect judged a nested sample of the pairs the other two modes judged (the eval's ``--limit``
+samples nest). ``--same-pairs`` writes ``same-pairs/results.jsonl``: every mode's judgments of
+the pairs each mode judged in both orders; ``reflectrm eval --score-only --out-dir`` on it
+scores them, and the first tables compare the three modes there.
+
+    .venv/bin/python -m scripts.mode_table --same-pairs
+    .venv/bin/reflectrm eval --score-only --out-dir docs/records/default-judge-modes/same-pairs
     .venv/bin/python -m scripts.mode_table [--write]
+
+Judgments per second are each mode's judgments in flight over its mean latency (Little's law;
+on the two finished runs it gives their wall-clock rate to three digits, and the reflect run was
+stopped before its sample's end, so it has no wall-clock rate of its own).
 """
 
 from __future__ import annotations
@@ -19,6 +30,7 @@ from scripts.generated import pct_ci, replace_between, table_row
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORD = ROOT / "docs" / "records" / "default-judge-modes"
+SAME_PAIRS = "same-pairs"
 PAGE = ROOT / "docs" / "modes.md"
 START, END = "<!-- mode-table: start -->", "<!-- mode-table: end -->"
 MODES = ("single", "margin", "reflect")
@@ -30,15 +42,35 @@ DATASETS = {
 
 
 def speeds(report: Mapping[str, Any]) -> dict[str, float]:
-    """Judgments per second of each mode's own invocation (judged over its wall time)."""
-    out: dict[str, float] = {}
-    mode = None
+    """Judgments per second of each mode's own run: its concurrency over its mean latency."""
+    flight = {}
     for run in report["runs"]:
-        if run.get("type") == "run":
-            mode = run["modes"][0] if len(run["modes"]) == 1 else None
-        elif run.get("type") == "run_end" and mode and run.get("seconds"):
-            out[mode] = run["judged"] / run["seconds"]
+        if run.get("type") == "run" and len(run.get("modes", ())) == 1:
+            flight[run["modes"][0]] = int(run["concurrency"])
+    out: dict[str, float] = {}
+    for mode, n in flight.items():
+        latency = report["cost"].get(mode, {}).get("latency_s")
+        if latency:
+            out[mode] = n / latency
     return out
+
+
+def pair_keys(row: Mapping[str, Any]) -> tuple[str, str]:
+    return str(row["benchmark"]), str(row["pair_id"])
+
+
+def same_pairs(results: Path) -> list[dict[str, Any]]:
+    """The results file's ``run`` and ``run_end`` rows, and the judgments of the pairs that
+    every mode in it judged in both orders."""
+    rows = [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
+    judged = [r for r in rows if r.get("type") == "result"]
+    modes = {r["mode"] for r in judged}
+    orders: dict[tuple[str, str], set[tuple[str, int]]] = {}
+    for r in judged:
+        orders.setdefault(pair_keys(r), set()).add((r["mode"], int(r["chosen_position"])))
+    everyone = {m_o for m in modes for m_o in ((m, 1), (m, 2))}
+    common = {k for k, seen in orders.items() if seen >= everyone}
+    return [r for r in rows if r.get("type") != "result" or pair_keys(r) in common]
 
 
 def distinct_analyses(results: Path) -> dict[str, float]:
@@ -51,9 +83,12 @@ def distinct_analyses(results: Path) -> dict[str, float]:
     return {m: statistics.fmean(v) for m, v in counts.items()}
 
 
-def render(record: Path = RECORD) -> str:
+def tables(record: Path, modes: tuple[str, ...], runs: Mapping[str, Any]) -> list[str]:
+    """Per dataset, each of ``modes`` pooled over both orders, then the engine work per
+    judgment. Judgments per second
+    are those of each mode's own run (``runs``: the whole record's report)."""
     report = json.loads((record / "report.json").read_text())
-    modes = [m for m in MODES if m in report["modes"]]
+    modes = tuple(m for m in modes if m in report["modes"])
     lines: list[str] = []
     for ds, label in DATASETS.items():
         pooled = [f"{m}+swap" for m in modes]
@@ -94,10 +129,10 @@ def render(record: Path = RECORD) -> str:
                 )
             )
         lines.append("")
-    speed = speeds(report)
+    speed = speeds(runs)
     distinct = distinct_analyses(record / "results.jsonl")
     lines += [
-        "**Engine work**, per judgment (one pair in one order), over all the pairs above; "
+        "**Engine work**, per judgment (one pair in one order), over the pairs above; "
         "judgments per second of the mode's own run (8 in flight, its own engine):",
         "",
         table_row(
@@ -128,6 +163,25 @@ def render(record: Path = RECORD) -> str:
                 ]
             )
         )
+    return lines
+
+
+def render(record: Path = RECORD) -> str:
+    runs = json.loads((record / "report.json").read_text())
+    lines: list[str] = []
+    if (record / SAME_PAIRS / "report.json").is_file():
+        lines += [
+            "### The three modes on the same pairs",
+            "",
+            "The pairs every mode judged in both orders ([same-pairs](records/"
+            f"{record.name}/{SAME_PAIRS}/report.md)):",
+            "",
+            *tables(record / SAME_PAIRS, MODES, runs),
+            "",
+            "### Single and margin on all the pairs",
+            "",
+        ]
+    lines += tables(record, ("single", "margin"), runs)
     return "\n".join(lines) + "\n"
 
 
@@ -135,7 +189,19 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--write", action="store_true", help="replace the page's tables")
     p.add_argument("--record", type=Path, default=RECORD)
+    p.add_argument(
+        "--same-pairs",
+        action="store_true",
+        help=f"write {SAME_PAIRS}/results.jsonl (the pairs every mode judged) and stop",
+    )
     args = p.parse_args()
+    if args.same_pairs:
+        out = args.record / SAME_PAIRS / "results.jsonl"
+        out.parent.mkdir(exist_ok=True)
+        rows = same_pairs(args.record / "results.jsonl")
+        out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        print(f"{sum(r.get('type') == 'result' for r in rows)} judgments written to {out}")
+        return
     body = render(args.record)
     if args.write:
         replace_between(PAGE, START, END, body)
