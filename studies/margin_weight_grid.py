@@ -1,6 +1,6 @@
 """Development figures of margin mode along the likelihood weight (verdict weight 1): what the
 likelihood term buys on the counterfactual pairs and costs on general chat, on development
-features only (``studies/margin_features.py``).
+features only (``reflectrm train margin-features``).
 
     python -m studies.margin_weight_grid --features dev.jsonl [--features more.jsonl] \
         --chat chat-dev.jsonl --out grid.md
@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from studies.margin_fit import arrays, figures, load, pooled
+from reflectrm_harness.training.margin.fit import arrays, figures, load, pooled
 
 WEIGHTS = (0.0, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0)
 

@@ -7,9 +7,9 @@ POOL="--data $D/train/helpsteer2_ratings_pairs.jsonl.gz --data $D/train/pandalm_
   --benchmark $D/benchmarks/rmb.jsonl.gz --benchmark $D/benchmarks/judgebench.jsonl.gz"
 $T pool-split $POOL --role train --out $R/train-pool.jsonl            # 810 pairs
 $T pool-split $POOL --role heldout --out $R/heldout-pool.jsonl        # 299 pairs
-.venv/bin/python -m studies.counterfactuals --pairs $R/train-pool.jsonl --out $R/train-pairs.jsonl \
+$T counterfactuals --pairs $R/train-pool.jsonl --out $R/train-pairs.jsonl \
   --per-kind 120 --kind non_answer --kind other_prompt                 # 240 pairs
-.venv/bin/python -m studies.counterfactuals --pairs $R/heldout-pool.jsonl --out $R/heldout-pairs.jsonl \
+$T counterfactuals --pairs $R/heldout-pool.jsonl --out $R/heldout-pairs.jsonl \
   --per-kind 50 --kind non_answer --kind other_prompt --seed 1         # 100 pairs
 
 export REFLECTRM_TEMPLATE_VERSION=v3 REFLECTRM_KV_CACHE_GIB=1 REFLECTRM_MAX_MODEL_LEN=2048 \

@@ -4,7 +4,7 @@ an evasion), (c) a truncated copy of itself, (d) a padded copy of itself (its fi
 repeated at the end): longer but worse, so that (c) teaches no "longer wins", (e) a copy with one
 of its numbers changed (a wrong answer of the same length and style).
 
-    python -m studies.counterfactuals --pairs dev.jsonl --out dev-counterfactual.jsonl --per-kind 25
+    reflectrm train counterfactuals --pairs dev.jsonl --out dev-counterfactual.jsonl --per-kind 25
 
 The non-answers are written here, in other words than the project's trap set
 (evaluation/data/trap.jsonl), so that a fit on these pairs is not a fit on the trap.
@@ -12,13 +12,13 @@ The non-answers are written here, in other words than the project's trap set
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
-from reflectrm_harness.datasets import read_rows
+from reflectrm_harness.datasets import read_rows, write_rows
 
 NON_ANSWERS = (
     "Unfortunately I cannot provide an answer to this.",
@@ -112,35 +112,17 @@ def build(rows: list[dict], per_kind: int, seed: int, kinds: tuple[str, ...] = K
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--pairs", type=Path, required=True)
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--per-kind", type=int, default=25)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument(
-        "--source",
-        action="append",
-        default=[],
-        help="only rows of this source (repeatable); default every row",
-    )
-    ap.add_argument(
-        "--kind",
-        action="append",
-        choices=KINDS,
-        default=[],
-        help="only this kind of counterfactual (repeatable); default every kind",
-    )
-    args = ap.parse_args()
-    rows = [r for _, r in read_rows(args.pairs)]
-    if args.source:
-        rows = [r for r in rows if r.get("source") in args.source]
-    made = build(rows, args.per_kind, args.seed, tuple(args.kind) or KINDS)
-    with args.out.open("w") as f:
-        for row in made:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
-    print(f"{len(made)} counterfactual pairs written to {args.out}")
-
-
-if __name__ == "__main__":
-    main()
+def write_counterfactuals(
+    pairs: Path,
+    out: Path,
+    per_kind: int,
+    seed: int,
+    sources: Sequence[str] = (),
+    kinds: Sequence[str] = (),
+) -> int:
+    """``build`` on the rows of ``pairs`` (of ``sources`` only, when given; every kind unless
+    ``kinds``), written to ``out`` as JSONL; how many pairs."""
+    rows = [r for _, r in read_rows(pairs)]
+    if sources:
+        rows = [r for r in rows if r.get("source") in sources]
+    return write_rows(build(rows, per_kind, seed, tuple(kinds) or KINDS), out)

@@ -1,8 +1,9 @@
 """Margin mode's two features for every pair of a pairs file, on a real engine: the verdict
 digits' log-odds in both orders (chosen shown first, then second) and each response's mean token
-log-prob given the conversation. What ``studies/margin_fit.py`` fits the margin weights on.
+log-prob given the conversation. What ``fit`` (``reflectrm train margin-fit``) fits the margin
+weights on.
 
-    python -m studies.margin_features --model qwen05b --pairs dev.jsonl --out features.jsonl
+    reflectrm train margin-features --model qwen05b --pairs dev.jsonl --out features.jsonl
 
 Resumable: pairs already in ``--out`` are skipped. One line per pair: ``id``, ``source``,
 ``subset``, ``lengths`` (characters of chosen, rejected), ``z_first`` (log p(chosen)/p(rejected)
@@ -12,11 +13,11 @@ with the chosen response shown first), ``z_second`` (the same with it shown seco
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import math
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -71,14 +72,19 @@ def read(path: Path) -> list[Pair]:
     return pairs
 
 
-async def main_async(args: argparse.Namespace) -> None:
-    settings = Settings(model=args.model)
-    pairs = read(args.pairs)
+def pending(pairs: Path, out: Path) -> tuple[list[Pair], int]:
+    """The pairs of ``pairs`` not yet in ``out`` (a run is resumed), and how many it holds."""
+    every = read(pairs)
     done: set[str] = set()
-    if args.out.is_file():
-        done = {json.loads(line)["id"] for line in args.out.read_text().splitlines() if line}
-    todo = [p for p in pairs if p.id not in done]
-    print(f"{len(todo)} of {len(pairs)} pairs to do", flush=True)
+    if out.is_file():
+        done = {json.loads(line)["id"] for line in out.read_text().splitlines() if line}
+    return [p for p in every if p.id not in done], len(every)
+
+
+async def write_features(model: str, todo: Sequence[Pair], out: Path, concurrency: int) -> None:
+    """The features of each pair of ``todo`` on an engine opened for ``model``, appended to
+    ``out`` as each is done, ``concurrency`` pairs at once."""
+    settings = Settings(model=model)
     async with open_engine(settings.engine_config()) as engine:
         judge = Judge(engine, settings.judge_config())
         queue = list(todo)
@@ -87,20 +93,7 @@ async def main_async(args: argparse.Namespace) -> None:
             while queue:
                 pair = queue.pop(0)
                 row = await features(judge, pair)
-                with args.out.open("a") as f:
+                with out.open("a") as f:
                     f.write(json.dumps(row) + "\n")
 
-        await asyncio.gather(*(worker() for _ in range(args.concurrency)))
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--pairs", type=Path, required=True)
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--concurrency", type=int, default=4)
-    asyncio.run(main_async(ap.parse_args()))
-
-
-if __name__ == "__main__":
-    main()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))

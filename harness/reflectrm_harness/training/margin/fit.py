@@ -1,7 +1,7 @@
-"""Fit margin mode's two weights on development features (``studies/margin_features.py``) and
-report what each choice scores there, pooled over both orders.
+"""Fit margin mode's two weights on development features (``features``: ``reflectrm train
+margin-features``) and report what each choice scores there, pooled over both orders.
 
-    python -m studies.margin_fit --features dev.jsonl --features dev-cf.jsonl --out fit.json
+    reflectrm train margin-fit --features dev.jsonl --features dev-cf.jsonl --out fit.json
 
 The pooled probability that the chosen response is better is the mean over the two orders of
 sigmoid(a * z_order + w * d + b * L): z the verdict digits' log-odds toward it in that order, d
@@ -17,10 +17,10 @@ longer and where it is shorter), accuracy per source, and exact ties.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -108,21 +108,13 @@ def figures(rows: list[dict[str, Any]], p: np.ndarray) -> dict[str, Any]:
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--features", type=Path, action="append", required=True)
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument(
-        "--manifest",
-        type=Path,
-        help="a judge artifact's manifest.json: its `margin` block is set to the --choose fit",
-    )
-    ap.add_argument("--choose", help="the choice whose weights go into --manifest")
-    args = ap.parse_args()
-    rows = load(args.features)
+def report(features: Sequence[Path]) -> dict[str, Any]:
+    """Every choice's weights and development figures on the features' pairs (those with both
+    orders' log-odds)."""
+    rows = load(list(features))
     x = arrays(rows)
-    report: dict[str, Any] = {"features": [str(p) for p in args.features], "choices": {}}
-    report["choices"]["verdict (a=1, w=0)"] = {
+    out: dict[str, Any] = {"features": [str(p) for p in features], "choices": {}}
+    out["choices"]["verdict (a=1, w=0)"] = {
         "weights": {"a": 1.0, "w": 0.0, "b": 0.0},
         "dev": figures(rows, pooled(x, 1.0, 0.0)),
     }
@@ -132,35 +124,55 @@ def main() -> None:
             name = ("verdict + likelihood" if likelihood else "verdict") + (
                 ", length fitted and dropped" if length else ""
             )
-            report["choices"][name] = {
+            out["choices"][name] = {
                 "weights": weights,
                 "dev": figures(rows, pooled(x, weights["a"], weights["w"])),
             }
-    args.out.write_text(json.dumps(report, indent=1))
-    if args.manifest is not None:
-        chosen = report["choices"][args.choose]
-        manifest = json.loads(args.manifest.read_text())
-        manifest["margin"] = {
-            "verdict_weight": round(chosen["weights"]["a"], 4),
-            "likelihood_weight": round(chosen["weights"]["w"], 4),
-            "fit": args.choose,
-            "fitted_on": [p.name for p in args.features],
-            "dev_pairs": chosen["dev"]["pairs"],
-            "dev_accuracy": round(chosen["dev"]["accuracy"], 4),
-            "dev_length_balanced": round(chosen["dev"].get("length_balanced", float("nan")), 4),
-        }
-        args.manifest.write_text(json.dumps(manifest, indent=1) + "\n")
-    for name, c in report["choices"].items():
+    return out
+
+
+def margin_block(fitted: dict[str, Any], choose: str) -> dict[str, Any]:
+    """The ``margin`` block of a judge's manifest: the chosen fit's two weights (4 decimals),
+    its name, the feature files it was fitted on and its development figures."""
+    chosen = fitted["choices"][choose]
+    return {
+        "verdict_weight": round(chosen["weights"]["a"], 4),
+        "likelihood_weight": round(chosen["weights"]["w"], 4),
+        "fit": choose,
+        "fitted_on": [Path(p).name for p in fitted["features"]],
+        "dev_pairs": chosen["dev"]["pairs"],
+        "dev_accuracy": round(chosen["dev"]["accuracy"], 4),
+        "dev_length_balanced": round(chosen["dev"].get("length_balanced", float("nan")), 4),
+    }
+
+
+def write_fit(
+    features: Sequence[Path], out: Path, manifest: Path | None = None, choose: str | None = None
+) -> dict[str, Any]:
+    """The report written to ``out`` (JSON) and, with ``manifest`` (a judge artifact's
+    manifest.json), its ``margin`` block set to the ``choose`` fit; the report."""
+    fitted = report(features)
+    if manifest is not None and choose not in fitted["choices"]:
+        raise ValueError(f"--choose must be one of {', '.join(fitted['choices'])}, not {choose!r}")
+    out.write_text(json.dumps(fitted, indent=1))
+    if manifest is not None and choose is not None:
+        body = json.loads(manifest.read_text())
+        body["margin"] = margin_block(fitted, choose)
+        manifest.write_text(json.dumps(body, indent=1) + "\n")
+    return fitted
+
+
+def summary_lines(fitted: dict[str, Any]) -> list[str]:
+    """Two lines per choice: its weights and figures, then its accuracy per source."""
+    lines = []
+    for name, c in fitted["choices"].items():
         d = c["dev"]
-        print(
+        lines.append(
             f"{name:45s} a={c['weights']['a']:.3f} w={c['weights']['w']:.3f} "
             f"acc={100 * d['accuracy']:.1f} lb={100 * d.get('length_balanced', float('nan')):.1f} "
             f"ties={100 * d['ties']:.1f}"
         )
-        print(
+        lines.append(
             "    " + ", ".join(f"{k} {100 * v[1]:.0f}% ({v[0]})" for k, v in d["by_source"].items())
         )
-
-
-if __name__ == "__main__":
-    main()
+    return lines
