@@ -1,6 +1,7 @@
 """The margin recipe (training/margin): ``reflectrm train margin-fit`` on the recorded
 development features gives the default judge's shipped margin weights, and
-``reflectrm train counterfactuals`` draws the same pairs for the same seed."""
+``reflectrm train counterfactuals`` draws the same pairs for the same seed; ``margin-features``
+skips the pairs its output already holds."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from reflectrm.checkpoints.judges import DEFAULT_MODEL, SHIPPED
 from reflectrm_harness.datasets import read_rows
 from reflectrm_harness.training.cli import main
 from reflectrm_harness.training.margin.counterfactuals import KINDS, NON_ANSWERS, build
+from reflectrm_harness.training.margin.features import pending
 
 RECORD = Path(__file__).resolve().parents[3] / "docs" / "records" / "margin-fit-dev"
 
@@ -111,3 +113,16 @@ def test_train_counterfactuals_writes_the_pairs_of_the_chosen_sources_and_kinds(
     assert written == build(only_a, 2, 1, ("non_answer", "padded"))
     assert [r["subset"] for r in written] == ["non_answer"] * 2 + ["padded"] * 2
     assert all(r["id"].startswith("a/") for r in written)
+
+
+def test_margin_features_resumes_skipping_the_pairs_already_written(tmp_path: Path) -> None:
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("".join(json.dumps(r) + "\n" for r in _rows(4)))
+    out = tmp_path / "features.jsonl"
+    todo, total = pending(pairs, out)
+    assert total == 4
+    assert [p.id for p in todo] == ["b/0", "a/1", "b/2", "a/3"]  # ids prefixed by their source
+    out.write_text(json.dumps({"id": "a/1"}) + "\n" + json.dumps({"id": "b/2"}) + "\n")
+    todo, total = pending(pairs, out)
+    assert (total, [p.id for p in todo]) == (4, ["b/0", "a/3"])
+    assert todo[0].meta == {"source": "b", "subset": ""}
