@@ -1,6 +1,6 @@
 """``reflectrm train ...``: the commands of every recipe, each recipe's in its own ``cli``
-module: the paper's GRPO recipe's (``build-data``, ``grpo``, ``warmup``, ``check``:
-training/grpo/cli.py), the judge recipe's (``judge``, ``verdict``, ``ship-judge``,
+module: the paper's GRPO recipe's (``build-data``, ``grpo``, ``warmup``, ``check``,
+``grpo-pairs``: training/grpo/cli.py), the judge recipe's (``judge``, ``verdict``, ``ship-judge``,
 ``states``, ``marker-layer``, ...: training/judge/cli.py) and the margin recipe's
 (``counterfactuals``, ``margin-features``, ``margin-fit``: training/margin/cli.py).
 

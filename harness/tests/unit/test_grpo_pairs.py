@@ -288,3 +288,18 @@ def test_the_command_writes_the_pairs_and_prints_counts_and_the_length_rule(
         "dropped_to_balance": 0,
         "length_rule_pct": 50.0,
     }
+
+
+def test_reflectrm_train_has_the_command_and_a_bad_input_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from reflectrm_harness.training.cli import add_parser
+
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(
+        ["train", "grpo-pairs", "--pairs", str(tmp_path / "absent.jsonl"), "--out", "o.jsonl"]
+    )
+    assert (args.split, args.per_kind, args.seed, args.kind) == ("train", 120, 0, [])
+    assert args.func(args) == 2
+    assert capsys.readouterr().err.startswith("error: ")

@@ -1,5 +1,6 @@
-"""The paper's GRPO recipe's ``train`` commands: ``build-data``, ``grpo``, ``warmup`` and
-``check``.
+"""The paper's GRPO recipe's ``train`` commands: ``build-data``, ``grpo``, ``warmup``,
+``check`` and ``grpo-pairs`` (declared and run in pairs.py: counterfactual pairs whose length
+and position predict nothing).
 
 Each command is an ``_add_<command>`` that declares its arguments and a ``run_<command>`` that
 calls the recipe's functions (which open the engine, read and write the files) and prints what
@@ -18,6 +19,8 @@ from reflectrm.settings import get_settings
 from reflectrm_harness.training.grpo.check import CheckConfig, check_model, save_check
 from reflectrm_harness.training.grpo.config import GRPOSettings, load_settings
 from reflectrm_harness.training.grpo.data import BuildConfig, build_with_engine, rebuild
+from reflectrm_harness.training.grpo.pairs import add_command as add_pairs_command
+from reflectrm_harness.training.grpo.pairs import run_command as run_pairs_command
 from reflectrm_harness.training.grpo.sources import load_pairs
 from reflectrm_harness.training.grpo.train import train
 from reflectrm_harness.training.grpo.warmup import WarmupSettings, warmup
@@ -31,6 +34,7 @@ def add_commands(commands: Any) -> None:
     _add_grpo(commands)
     _add_warmup(commands)
     _add_check(commands)
+    add_pairs_command(commands).set_defaults(func=friendly(run_pairs_command))
 
 
 def _add_build(commands: Any) -> None:
