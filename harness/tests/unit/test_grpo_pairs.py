@@ -122,6 +122,7 @@ def test_a_split_other_than_train_or_heldout_is_refused() -> None:
 
 def assert_balanced(made: list[dict[str, Any]], counts: dict[str, gp.KindCount]) -> None:
     score = gp.length_rule_score(made)
+    by_words = gp.length_rule_score(made, "words")
     for kind, count in counts.items():
         mine = [p for p in made if p["subset"] == kind]
         assert mine
@@ -130,6 +131,8 @@ def assert_balanced(made: list[dict[str, Any]], counts: dict[str, gp.KindCount])
         assert sum(p["chosen_longer"] for p in mine) == len(mine) // 2
         assert all(len(p["chosen"]) != len(p["rejected"]) for p in mine)
         assert 0.45 <= score[kind] <= 0.55, (kind, score[kind])
+        assert 0.45 <= by_words[kind] <= 0.55, (kind, by_words[kind])
+        assert all(gp.same_order(p["chosen"], p["rejected"]) for p in mine)
 
 
 def test_the_length_rule_scores_half_on_every_kind_of_synthetic_pairs() -> None:
@@ -138,6 +141,7 @@ def test_the_length_rule_scores_half_on_every_kind_of_synthetic_pairs() -> None:
         assert {k: c.pairs for k, c in counts.items()} == dict.fromkeys(gp.KINDS, 60)
         assert_balanced(made, counts)
         assert gp.length_rule_score(made) == dict.fromkeys(gp.KINDS, 0.5)
+        assert gp.length_rule_score(made, "words") == dict.fromkeys(gp.KINDS, 0.5)
 
 
 def test_the_length_rule_scores_half_on_every_kind_of_a_real_training_file() -> None:
@@ -175,13 +179,20 @@ def test_other_prompt_pairs_take_the_nearest_length_reply_of_another_prompt() ->
     rows = synthetic_rows()
     made, _ = gp.build_pairs(rows, 60, "train", kinds=("other_prompt",))
     by_chosen = {r["chosen"]: r for r in rows}
-    lengths = sorted({len(r["chosen"]) for r in rows})
     for pair in made:
         assert pair["rejected"] in by_chosen
         assert gp.prompt_key(by_chosen[pair["rejected"]]) != gp.prompt_key(pair)
         c, r = len(pair["chosen"]), len(pair["rejected"])
-        between = [n for n in lengths if min(c, r) < n < max(c, r)]
-        assert between == [], (c, r)  # no reply of a length in between
+        # no reply of another prompt, longer or shorter in words alike, of a length in between
+        between = [
+            x["chosen"]
+            for x in rows
+            if min(c, r) < len(x["chosen"]) < max(c, r)
+            and gp.prompt_key(x) != gp.prompt_key(pair)
+            and x["chosen"].strip() != pair["chosen"].strip()
+            and gp.same_order(pair["chosen"], x["chosen"])
+        ]
+        assert between == [], (c, r)
 
 
 def test_truncated_and_padded_copies_come_in_equal_numbers() -> None:
@@ -287,6 +298,7 @@ def test_the_command_writes_the_pairs_and_prints_counts_and_the_length_rule(
         "chosen_shorter": 10,
         "dropped_to_balance": 0,
         "length_rule_pct": 50.0,
+        "length_rule_words_pct": 50.0,
     }
 
 

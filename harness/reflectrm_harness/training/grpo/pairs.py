@@ -16,8 +16,9 @@ Each pair is a dataset's chosen reply against one of three kinds of worse reply:
 - ``truncated_padded``: a truncated copy of the chosen reply (shorter, cut mid-thought) in half
   of the pairs and a padded copy (its own sentences said again: longer) in the other half.
 
-Length is counted in characters. Within every kind exactly half of the pairs have the longer
-reply chosen, so "the longer reply is better" scores 50% on each kind; when a kind cannot fill
+Length is counted in characters, and a pair is kept only when its replies differ the same way
+counted in words. Within every kind exactly half of the pairs have the longer reply chosen, so
+"the longer reply is better" scores 50% on each kind by either count; when a kind cannot fill
 both halves equally (too few rows, or an odd count asked) the extra pairs of the fuller half are
 dropped and the counts say so. Which position the chosen reply is shown in is build-data's
 choice (half in each). The output rows have the shared schema (``reflectrm_harness.datasets``)
@@ -384,7 +385,8 @@ def other_prompt(
     longer: bool,
 ) -> str | None:
     """The chosen reply of another prompt nearest in length to row ``i``'s: the nearest strictly
-    longer one (``longer``) or strictly shorter one; None when there is none."""
+    longer one (``longer``) or strictly shorter one, in characters and in words; None when there
+    is none."""
     lengths, order = index
     chosen = str(rows[i]["chosen"])
     asked = prompt_key(rows[i])
@@ -396,9 +398,19 @@ def other_prompt(
     for p in positions:
         other = rows[order[p]]
         text = str(other["chosen"])
-        if prompt_key(other) != asked and text.strip() != chosen.strip():
+        differs = prompt_key(other) != asked and text.strip() != chosen.strip()
+        if differs and same_order(chosen, text):
             return text
     return None
+
+
+def same_order(chosen: str, rejected: str) -> bool:
+    """Whether the two replies differ in length the same way counted in characters and in words
+    (neither equal): a pair is kept only then, so that the length rule scores the same by
+    either count."""
+    chars = len(chosen) - len(rejected)
+    words = len(chosen.split()) - len(rejected.split())
+    return chars * words > 0
 
 
 def _pair(
@@ -453,7 +465,7 @@ def build_kind(
             if len(made[not rejected_longer]) >= half:
                 continue
             pair = _make(row, kind, rejected_longer, split, fams, rows, index, i, rng)
-            if pair is not None:
+            if pair is not None and same_order(pair["chosen"], pair["rejected"]):
                 made[pair["chosen_longer"]].append(pair)
                 turn += 1
                 break
@@ -511,14 +523,18 @@ def build_pairs(
     return out, counts
 
 
-def length_rule_score(pairs: Iterable[Mapping[str, Any]]) -> dict[str, float]:
-    """Per kind, the share of pairs on which "the longer reply is better" is right (a tie counts
-    half)."""
+def length_rule_score(pairs: Iterable[Mapping[str, Any]], unit: str = "chars") -> dict[str, float]:
+    """Per kind, the share of pairs on which "the longer reply is better" is right, length in
+    characters (``chars``) or words (``words``); a tie counts half."""
+
+    def size(text: Any) -> int:
+        return len(str(text)) if unit == "chars" else len(str(text).split())
+
     right: dict[str, float] = {}
     total: dict[str, int] = {}
     for p in pairs:
         kind = str(p.get("subset", ""))
-        c, r = len(str(p["chosen"])), len(str(p["rejected"]))
+        c, r = size(p["chosen"]), size(p["rejected"])
         right[kind] = right.get(kind, 0.0) + (1.0 if c > r else 0.5 if c == r else 0.0)
         total[kind] = total.get(kind, 0) + 1
     return {k: right[k] / total[k] for k in total}
@@ -576,8 +592,9 @@ def summary(
     pairs: Sequence[Mapping[str, Any]], counts: Mapping[str, KindCount], per_kind: int
 ) -> dict[str, Any]:
     """Per kind: pairs, how many have the chosen reply longer and shorter, those dropped to keep
-    them equal, and the length rule's score (% right)."""
+    them equal, and the length rule's score (% right, length in characters and in words)."""
     score = length_rule_score(pairs)
+    by_words = length_rule_score(pairs, "words")
     return {
         kind: {
             "pairs": c.pairs,
@@ -586,6 +603,7 @@ def summary(
             "chosen_shorter": c.chosen_shorter,
             "dropped_to_balance": c.dropped_to_balance,
             "length_rule_pct": round(100 * score[kind], 1) if kind in score else None,
+            "length_rule_words_pct": round(100 * by_words[kind], 1) if kind in by_words else None,
         }
         for kind, c in counts.items()
     }
