@@ -122,7 +122,7 @@ def test_a_split_other_than_train_or_heldout_is_refused() -> None:
 
 def assert_balanced(made: list[dict[str, Any]], counts: dict[str, gp.KindCount]) -> None:
     score = gp.length_rule_score(made)
-    by_words = gp.length_rule_score(made, "words")
+    by_words = gp.length_rule_score(made, gp.word_count)
     for kind, count in counts.items():
         mine = [p for p in made if p["subset"] == kind]
         assert mine
@@ -141,7 +141,7 @@ def test_the_length_rule_scores_half_on_every_kind_of_synthetic_pairs() -> None:
         assert {k: c.pairs for k, c in counts.items()} == dict.fromkeys(gp.KINDS, 60)
         assert_balanced(made, counts)
         assert gp.length_rule_score(made) == dict.fromkeys(gp.KINDS, 0.5)
-        assert gp.length_rule_score(made, "words") == dict.fromkeys(gp.KINDS, 0.5)
+        assert gp.length_rule_score(made, gp.word_count) == dict.fromkeys(gp.KINDS, 0.5)
 
 
 def test_the_length_rule_scores_half_on_every_kind_of_a_real_training_file() -> None:
@@ -164,6 +164,21 @@ def test_a_kind_that_cannot_fill_both_halves_drops_the_extra() -> None:
     assert na.chosen_longer == na.chosen_shorter < 20
     assert na.dropped_to_balance > 0
     assert counts["truncated_padded"].pairs == 10  # the 10 long rows, 5 cut and 5 padded
+
+
+def test_every_measure_of_length_orders_each_pair_alike() -> None:
+    """A third measure (as a tokenizer's token count would be): every kept pair is ordered alike
+    by it, and the length rule scores half by it too."""
+
+    def letters_e(text: str) -> int:  # a measure that disagrees with characters now and then
+        return text.count("e") + len(text) // 10
+
+    measures = {**gp.MEASURES, "e": letters_e}
+    made, counts = gp.build_pairs(synthetic_rows(), 40, "train", measures=measures)
+    assert all(c.pairs == 40 for c in counts.values())
+    assert all(gp.same_order(p["chosen"], p["rejected"], measures) for p in made)
+    assert gp.length_rule_score(made, letters_e) == dict.fromkeys(gp.KINDS, 0.5)
+    assert not gp.same_order("ab cd", "abcdef")  # longer in characters, shorter in words
 
 
 def test_an_odd_count_is_rounded_down_to_even() -> None:
@@ -290,15 +305,14 @@ def test_the_command_writes_the_pairs_and_prints_counts_and_the_length_rule(
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert Counter(r["subset"] for r in rows) == {"non_answer": 20, "other_prompt": 20}
     printed = json.loads(capsys.readouterr().out.rsplit("}\n", 1)[0] + "}")
-    assert printed["non_answer"]["length_rule_pct"] == 50.0
+    assert printed["non_answer"]["length_rule_pct"] == {"chars": 50.0, "words": 50.0}
     assert printed["other_prompt"] == {
         "pairs": 20,
         "asked": 20,
         "chosen_longer": 10,
         "chosen_shorter": 10,
         "dropped_to_balance": 0,
-        "length_rule_pct": 50.0,
-        "length_rule_words_pct": 50.0,
+        "length_rule_pct": {"chars": 50.0, "words": 50.0},
     }
 
 

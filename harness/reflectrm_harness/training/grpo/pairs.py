@@ -17,8 +17,9 @@ Each pair is a dataset's chosen reply against one of three kinds of worse reply:
   of the pairs and a padded copy (its own sentences said again: longer) in the other half.
 
 Length is counted in characters, and a pair is kept only when its replies differ the same way
-counted in words. Within every kind exactly half of the pairs have the longer reply chosen, so
-"the longer reply is better" scores 50% on each kind by either count; when a kind cannot fill
+counted in words (and in tokens, given a tokenizer: ``--tokenizer``). Within every kind exactly
+half of the pairs have the longer reply chosen, so "the longer reply is better" scores 50% on
+each kind by every count; when a kind cannot fill
 both halves equally (too few rows, or an odd count asked) the extra pairs of the fuller half are
 dropped and the counts say so. Which position the chosen reply is shown in is build-data's
 choice (half in each). The output rows have the shared schema (``reflectrm_harness.datasets``)
@@ -33,13 +34,14 @@ same rows, seed and options always give the same pairs.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import random
 import re
 import sys
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import product
 from pathlib import Path
@@ -52,6 +54,7 @@ SPLITS = ("train", "heldout")
 SOURCE = "counterfactual"
 QUESTION = "{question}"
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
+Measure = Callable[[str], int]
 
 
 @dataclass(frozen=True)
@@ -383,10 +386,11 @@ def other_prompt(
     index: tuple[list[int], list[int]],
     i: int,
     longer: bool,
+    measures: Mapping[str, Measure] | None = None,
 ) -> str | None:
     """The chosen reply of another prompt nearest in length to row ``i``'s: the nearest strictly
-    longer one (``longer``) or strictly shorter one, in characters and in words; None when there
-    is none."""
+    longer one (``longer``) or strictly shorter one, in characters and by every other measure;
+    None when there is none."""
     lengths, order = index
     chosen = str(rows[i]["chosen"])
     asked = prompt_key(rows[i])
@@ -399,18 +403,26 @@ def other_prompt(
         other = rows[order[p]]
         text = str(other["chosen"])
         differs = prompt_key(other) != asked and text.strip() != chosen.strip()
-        if differs and same_order(chosen, text):
+        if differs and same_order(chosen, text, measures):
             return text
     return None
 
 
-def same_order(chosen: str, rejected: str) -> bool:
-    """Whether the two replies differ in length the same way counted in characters and in words
-    (neither equal): a pair is kept only then, so that the length rule scores the same by
-    either count."""
+def word_count(text: str) -> int:
+    return len(text.split())
+
+
+MEASURES: dict[str, Measure] = {"chars": len, "words": word_count}
+
+
+def same_order(chosen: str, rejected: str, measures: Mapping[str, Measure] | None = None) -> bool:
+    """Whether the two replies differ in length the same way by every measure (characters,
+    words and any other, e.g. a tokenizer's tokens), none equal: a pair is kept only then, so
+    that the length rule scores the same by each."""
     chars = len(chosen) - len(rejected)
-    words = len(chosen.split()) - len(rejected.split())
-    return chars * words > 0
+    return chars != 0 and all(
+        (size(chosen) - size(rejected)) * chars > 0 for size in (measures or MEASURES).values()
+    )
 
 
 def _pair(
@@ -439,9 +451,10 @@ def build_kind(
     per_kind: int,
     split: str,
     rng: random.Random,
+    measures: Mapping[str, Measure] | None = None,
 ) -> tuple[list[dict[str, Any]], KindCount]:
     """Up to ``per_kind`` pairs of one kind (rounded down to even), half with the chosen reply
-    longer; a half that cannot be filled takes the other down to its size."""
+    longer by every measure; a half that cannot be filled takes the other down to its size."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {', '.join(KINDS)}, not {kind!r}")
     half = per_kind // 2
@@ -464,8 +477,8 @@ def build_kind(
         for rejected_longer in (first, not first):
             if len(made[not rejected_longer]) >= half:
                 continue
-            pair = _make(row, kind, rejected_longer, split, fams, rows, index, i, rng)
-            if pair is not None and same_order(pair["chosen"], pair["rejected"]):
+            pair = _make(row, kind, rejected_longer, split, fams, rows, (index, i), rng, measures)
+            if pair is not None and same_order(pair["chosen"], pair["rejected"], measures):
                 made[pair["chosen_longer"]].append(pair)
                 turn += 1
                 break
@@ -487,9 +500,9 @@ def _make(
     split: str,
     fams: Sequence[Family],
     rows: Sequence[Mapping[str, Any]],
-    index: tuple[list[int], list[int]],
-    i: int,
+    at: tuple[tuple[list[int], list[int]], int],
     rng: random.Random,
+    measures: Mapping[str, Measure] | None,
 ) -> dict[str, Any] | None:
     chosen = str(row["chosen"])
     if kind == "non_answer":
@@ -497,7 +510,7 @@ def _make(
         text = non_answer(family, last_user_message(row), len(chosen), rejected_longer, rng)
         return None if text is None else _pair(row, kind, text, split, family=family.name)
     if kind == "other_prompt":
-        text = other_prompt(rows, index, i, rejected_longer)
+        text = other_prompt(rows, at[0], at[1], rejected_longer, measures)
         return None if text is None else _pair(row, kind, text, split)
     variant = "padded" if rejected_longer else "truncated"
     text = (padded if rejected_longer else truncated)(chosen, rng)
@@ -510,31 +523,29 @@ def build_pairs(
     split: str,
     seed: int = 0,
     kinds: Sequence[str] = KINDS,
+    measures: Mapping[str, Measure] | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, KindCount]]:
     """Every asked kind's pairs, in kind order, and each kind's counts. Deterministic for the
-    rows (in their order), ``per_kind``, ``split``, ``seed`` and ``kinds``."""
+    rows (in their order), ``per_kind``, ``split``, ``seed``, ``kinds`` and ``measures`` (of
+    length, whose orders must agree in every pair: default characters and words)."""
     families(split)  # a bad split fails here
     rng = random.Random(seed)
     out: list[dict[str, Any]] = []
     counts: dict[str, KindCount] = {}
     for kind in kinds:
-        pairs, counts[kind] = build_kind(rows, kind, per_kind, split, rng)
+        pairs, counts[kind] = build_kind(rows, kind, per_kind, split, rng, measures)
         out.extend(pairs)
     return out, counts
 
 
-def length_rule_score(pairs: Iterable[Mapping[str, Any]], unit: str = "chars") -> dict[str, float]:
-    """Per kind, the share of pairs on which "the longer reply is better" is right, length in
-    characters (``chars``) or words (``words``); a tie counts half."""
-
-    def size(text: Any) -> int:
-        return len(str(text)) if unit == "chars" else len(str(text).split())
-
+def length_rule_score(pairs: Iterable[Mapping[str, Any]], size: Measure = len) -> dict[str, float]:
+    """Per kind, the share of pairs on which "the longer reply is better" is right, length by
+    ``size`` (default characters); a tie counts half."""
     right: dict[str, float] = {}
     total: dict[str, int] = {}
     for p in pairs:
         kind = str(p.get("subset", ""))
-        c, r = size(p["chosen"]), size(p["rejected"])
+        c, r = size(str(p["chosen"])), size(str(p["rejected"]))
         right[kind] = right.get(kind, 0.0) + (1.0 if c > r else 0.5 if c == r else 0.0)
         total[kind] = total.get(kind, 0) + 1
     return {k: right[k] / total[k] for k in total}
@@ -570,6 +581,11 @@ def add_command(commands: Any) -> argparse.ArgumentParser:
         default=[],
         help="only this kind (repeatable); default every kind",
     )
+    p.add_argument(
+        "--tokenizer",
+        help="a tokenizer (hub id or folder) whose token counts must order each pair's replies "
+        "as characters and words do (e.g. the model to be trained)",
+    )
     p.set_defaults(func=run_command)
     return p
 
@@ -578,23 +594,43 @@ def run_command(args: argparse.Namespace) -> int:
     if args.per_kind < 2:
         raise ValueError("--per-kind must be at least 2 (one pair of each length order)")
     rows = [row for _, row in read_rows(args.pairs)]
-    pairs, counts = build_pairs(rows, args.per_kind, args.split, args.seed, args.kind or KINDS)
+    measures = dict(MEASURES)
+    if args.tokenizer:
+        measures["tokens"] = token_counter(args.tokenizer)
+    kinds = args.kind or KINDS
+    pairs, counts = build_pairs(rows, args.per_kind, args.split, args.seed, kinds, measures)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with args.out.open("w", encoding="utf-8") as f:
         for row in pairs:
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
-    sys.stdout.write(json.dumps(summary(pairs, counts, args.per_kind), indent=2) + "\n")
+    report = summary(pairs, counts, args.per_kind, measures)
+    sys.stdout.write(json.dumps(report, indent=2) + "\n")
     sys.stdout.write(f"{len(pairs)} pairs from {len(rows)} rows written to {args.out}\n")
     return 0
 
 
+def token_counter(name: str) -> Measure:
+    """A tokenizer's token count (no special tokens), remembered per text."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(name)
+
+    @functools.cache
+    def count(text: str) -> int:
+        return len(tokenizer.encode(text, add_special_tokens=False))
+
+    return count
+
+
 def summary(
-    pairs: Sequence[Mapping[str, Any]], counts: Mapping[str, KindCount], per_kind: int
+    pairs: Sequence[Mapping[str, Any]],
+    counts: Mapping[str, KindCount],
+    per_kind: int,
+    measures: Mapping[str, Measure] | None = None,
 ) -> dict[str, Any]:
     """Per kind: pairs, how many have the chosen reply longer and shorter, those dropped to keep
-    them equal, and the length rule's score (% right, length in characters and in words)."""
-    score = length_rule_score(pairs)
-    by_words = length_rule_score(pairs, "words")
+    them equal, and the length rule's score (% right) by each measure of length."""
+    scores = {name: length_rule_score(pairs, size) for name, size in (measures or MEASURES).items()}
     return {
         kind: {
             "pairs": c.pairs,
@@ -602,8 +638,9 @@ def summary(
             "chosen_longer": c.chosen_longer,
             "chosen_shorter": c.chosen_shorter,
             "dropped_to_balance": c.dropped_to_balance,
-            "length_rule_pct": round(100 * score[kind], 1) if kind in score else None,
-            "length_rule_words_pct": round(100 * by_words[kind], 1) if kind in by_words else None,
+            "length_rule_pct": {
+                name: round(100 * score[kind], 1) for name, score in scores.items() if kind in score
+            },
         }
         for kind, c in counts.items()
     }
