@@ -19,9 +19,8 @@ Each pair is a dataset's chosen reply against one of three kinds of worse reply:
 Length is counted in characters, and a pair is kept only when its replies differ the same way
 counted in words (and in tokens, given a tokenizer: ``--tokenizer``). Within every kind exactly
 half of the pairs have the longer reply chosen, so "the longer reply is better" scores 50% on
-each kind by every count; when a kind cannot fill
-both halves equally (too few rows, or an odd count asked) the extra pairs of the fuller half are
-dropped and the counts say so. Which position the chosen reply is shown in is build-data's
+each kind by every count; when a kind cannot fill both halves equally (too few rows, or an odd
+count asked) the extra pairs of the fuller half are dropped and the counts say so. Which position the chosen reply is shown in is build-data's
 choice (half in each). The output rows have the shared schema (``reflectrm_harness.datasets``)
 with ``source: "counterfactual"``, ``subset`` (the kind), ``family`` (non-answers), ``variant``
 (truncated or padded), ``split``, ``chosen_longer`` and ``origin`` (the row's own source); the
