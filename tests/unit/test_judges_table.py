@@ -68,7 +68,10 @@ def test_a_judge_is_listed_with_the_mode_and_debias_its_manifest_serves_it_with(
     write(tmp_path / "default", {"base_model": {"name": "B"}, "files": {}, "serving": serving})
     cells = [c.strip() for c in render(tmp_path).strip().splitlines()[-1].strip("|").split("|")]
     assert cells[:3] == ["`default`", "B", "`margin`, debias `swap`"]
-    assert cells[-1] == "`reflectrm train margin-features` → `reflectrm train margin-fit`"
+    assert cells[-1] == (
+        "`reflectrm train pool-split` → `reflectrm train counterfactuals` → "
+        "`reflectrm train margin-features` → `reflectrm train margin-fit`"
+    )
 
 
 def test_the_shipped_judges_are_listed_in_the_registers_order() -> None:

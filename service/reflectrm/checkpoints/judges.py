@@ -55,14 +55,16 @@ SHIPPED: dict[str, ShippedJudge] = {
     j.setting: j
     for j in (
         # Qwen2.5-Coder-0.5B-Instruct as it ships (no weights of its own), served in margin mode
-        # with the two weights its manifest names.
+        # with the two weights its manifest names, fitted on the development split and
+        # counterfactual pairs built from it.
         ShippedJudge(
             setting=DEFAULT_MODEL,
             folder=ARTIFACTS / DEFAULT_MODEL,
             backbone=_QWEN_CODER_05B,
             licence="Apache-2.0",
             template="v3",
-            recipe="reflectrm train margin-features; reflectrm train margin-fit",
+            recipe="reflectrm train pool-split; reflectrm train counterfactuals; "
+            "reflectrm train margin-features; reflectrm train margin-fit",
         ),
         # An added decoder layer on the frozen Qwen2.5-Coder-0.5B-Instruct (trained on CC BY-NC
         # data among others).
