@@ -20,11 +20,12 @@ Length is counted in characters, and a pair is kept only when its replies differ
 counted in words (and in tokens, given a tokenizer: ``--tokenizer``). Within every kind exactly
 half of the pairs have the longer reply chosen, so "the longer reply is better" scores 50% on
 each kind by every count; when a kind cannot fill both halves equally (too few rows, or an odd
-count asked) the extra pairs of the fuller half are dropped and the counts say so. Which position the chosen reply is shown in is build-data's
-choice (half in each). The output rows have the shared schema (``reflectrm_harness.datasets``)
-with ``source: "counterfactual"``, ``subset`` (the kind), ``family`` (non-answers), ``variant``
-(truncated or padded), ``split``, ``chosen_longer`` and ``origin`` (the row's own source); the
-same rows, seed and options always give the same pairs.
+count asked) the extra pairs of the fuller half are dropped and the counts say so. Which
+position the chosen reply is shown in is build-data's choice (half in each). The output rows
+have the shared schema (``reflectrm_harness.datasets``) with ``source: "counterfactual"``,
+``subset`` (the kind), ``family`` (non-answers), ``variant`` (truncated or padded), ``split``,
+``chosen_longer`` and ``origin`` (the row's own source); the same rows, seed and options always
+give the same pairs.
 
     reflectrm train grpo-pairs --pairs train-pool.jsonl --out train-pairs.jsonl --split train \\
         --per-kind 120
@@ -269,8 +270,9 @@ def non_answer(
     family: Family, question: str, length: int, longer: bool, rng: random.Random
 ) -> str | None:
     """A non-answer of ``family`` longer (or shorter) than ``length`` characters; None when even
-    its shortest opening is not shorter. A longer one ends 10 to 60% past ``length``; a shorter
-    one at 35 to 90% of it (or just its opening when that is all that fits)."""
+    its shortest opening is not shorter. A longer one runs past a target 10 to 60% over
+    ``length`` (a quoted question can take it further); a shorter one stays within 35 to 90% of
+    it (or is just its opening when that is all that fits)."""
     if longer:
         target = math.ceil(length * rng.uniform(1.1, 1.6))
     else:
