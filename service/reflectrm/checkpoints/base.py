@@ -115,7 +115,7 @@ def prepare_smollm2(
         }
         (work / PREPARED_MARKER).write_text(json.dumps(record, indent=2))
         validate_checkpoint(work)
-    say(f"default model ready at {target} ({time.monotonic() - started:.0f} s)")
+    say(f"{SMOLLM2_NAME} ready at {target} ({time.monotonic() - started:.0f} s)")
     return target
 
 
