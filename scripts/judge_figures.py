@@ -11,7 +11,8 @@ Figures (percent): ``heldout`` (accuracy on the held-out pairs, the row ``--mode
 counted a miss), ``length_balanced`` (its length-balanced accuracy), ``trap`` and
 ``correctness`` (the project's two sets, from ``--trap``'s report), ``slot1`` (verdicts naming
 Response 1, per order: the row without ``+swap``), ``ties`` (pairs without a winner) and
-``cost`` (generated tokens per pooled answer).
+``cost`` (generated and prompt tokens per pooled answer; from ``--cost``'s report when given:
+the engine work of the judging code as it is now, where the held-out run is older).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ def figures(
     trap: dict[str, Any] | None,
     trap_path: Path | None,
     mode: str,
+    cost: tuple[dict[str, Any], Path] | None = None,
 ) -> dict[str, Any]:
     one_order = mode.removesuffix("+swap")
     acc = heldout["accuracy"][mode]["benchmarks"][heldout_name]
@@ -57,10 +59,10 @@ def figures(
             "record": record,
         },
         "cost": {
-            "value": heldout["cost"][mode]["generated_tokens"],
+            "value": (cost[0] if cost else heldout)["cost"][mode]["generated_tokens"],
             "unit": "generated tokens",
-            "prompt_tokens": heldout["cost"][mode]["prompt_tokens"],
-            "record": record,
+            "prompt_tokens": (cost[0] if cost else heldout)["cost"][mode]["prompt_tokens"],
+            "record": _record(cost[1]) if cost else record,
         },
         "mode": mode,
     }
@@ -84,12 +86,14 @@ def main() -> None:
     ap.add_argument("--heldout", type=Path, required=True, help="report.json of the held-out run")
     ap.add_argument("--heldout-name", default="heldout", help="its dataset's label")
     ap.add_argument("--trap", type=Path, help="report.json of the trap and correctness run")
+    ap.add_argument("--cost", type=Path, help="report.json whose engine work gives the cost")
     args = ap.parse_args()
     heldout = json.loads(args.heldout.read_text())
     trap = json.loads(args.trap.read_text()) if args.trap else None
     manifest = json.loads(args.manifest.read_text())
+    cost = (json.loads(args.cost.read_text()), args.cost) if args.cost else None
     manifest["figures"] = figures(
-        heldout, args.heldout_name, args.heldout, trap, args.trap, args.mode
+        heldout, args.heldout_name, args.heldout, trap, args.trap, args.mode, cost
     )
     args.manifest.write_text(json.dumps(manifest, indent=1) + "\n")
     print(json.dumps(manifest["figures"], indent=1))
