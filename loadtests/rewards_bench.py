@@ -23,8 +23,8 @@ contender runs once, in an order that alternates between rounds, so a slow spell
 falls on all of them alike; the two engines never work at the same time.
 
 The output folder keeps ``records.jsonl`` (a line per pair and per step), ``summary.json``,
-``report.md``, ``completions.json`` and the service's log. ``scripts/rewards_bench_results.py``
-renders docs/performance.md's table from a copy of the record.
+``report.md`` (``loadtests/rewards_report.py``; docs/performance.md's tables are
+``scripts/rewards_bench_results.py``'s), ``completions.json`` and the service's log.
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ if __package__ in (None, ""):
 
 from loadtests.common.metrics import parse_metrics
 from loadtests.common.process import RunError, served
+from loadtests.rewards_report import render
 from reflectrm_harness.datasets import Pair, pair_from_row, read_rows
 
 REPO = Path(__file__).resolve().parents[1]
@@ -583,8 +584,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     (out / "summary.json").write_text(json.dumps(result, indent=2) + "\n")
-    from scripts.rewards_bench_results import render
-
     report = render(result)
     (out / "report.md").write_text(report)
     print(report)
