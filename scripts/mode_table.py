@@ -83,6 +83,28 @@ def distinct_analyses(results: Path) -> dict[str, float]:
     return {m: statistics.fmean(v) for m, v in counts.items()}
 
 
+def outcome(chosen_scores: list[float]) -> str:
+    """A pair's pooled outcome from its chosen response's score in each order."""
+    mean = sum(chosen_scores) / len(chosen_scores)
+    return "right" if mean > 0.5 else "tie" if mean == 0.5 else "wrong"
+
+
+def same_as_single(results: Path) -> dict[str, tuple[int, int]]:
+    """Per mode, the pairs whose pooled outcome (right, tie, wrong) is single's, and the pairs."""
+    chosen: dict[tuple[str, str], dict[str, list[float]]] = {}
+    for line in results.read_text().splitlines():
+        row = json.loads(line)
+        if row.get("type") == "result" and row.get("scores"):
+            score = float(row["scores"][int(row["chosen_position"]) - 1])
+            chosen.setdefault(pair_keys(row), {}).setdefault(row["mode"], []).append(score)
+    out: dict[str, tuple[int, int]] = {}
+    for mode in MODES:
+        both = [m for m in chosen.values() if "single" in m and mode in m]
+        same = sum(outcome(m["single"]) == outcome(m[mode]) for m in both)
+        out[mode] = (same, len(both))
+    return out
+
+
 def tables(record: Path, modes: tuple[str, ...], runs: Mapping[str, Any]) -> list[str]:
     """Per dataset, each of ``modes`` pooled over both orders, then the engine work per
     judgment. Judgments per second
@@ -177,6 +199,15 @@ def render(record: Path = RECORD) -> str:
             f"{record.name}/{SAME_PAIRS}/report.md)):",
             "",
             *tables(record / SAME_PAIRS, MODES, runs),
+            "",
+            "Pairs whose pooled outcome (right, tie or wrong: the chosen response's mean score "
+            "over the two orders above 0.5, at it, or below) is single's: "
+            + ", ".join(
+                f"`{m}` {same} of {n}"
+                for m, (same, n) in same_as_single(record / SAME_PAIRS / "results.jsonl").items()
+                if m != "single"
+            )
+            + ".",
             "",
             "### Single and margin on all the pairs",
             "",
