@@ -4,7 +4,8 @@ between a page's two markers, read or replaced (the tests compare it with a fres
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import argparse
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -60,3 +61,26 @@ def replace_between(page: Path, start: str, end: str, body: str) -> None:
     head, rest = text.split(start, 1)
     tail = rest.split(end, 1)[1]
     page.write_text(f"{head}{start}\n{body}{end}{tail}")
+
+
+def page_markers(prefix: str, name: str) -> tuple[str, str]:
+    """The two markers around a page's table ``name``: ``<!-- prefix-name: start/end -->``."""
+    return f"<!-- {prefix}-{name}: start -->", f"<!-- {prefix}-{name}: end -->"
+
+
+def write_tables(
+    doc: str | None,
+    page: Path,
+    markers: Callable[[str], tuple[str, str]],
+    tables: Mapping[str, Callable[[], str]],
+) -> None:
+    """A page script's command: print every table rendered from its record, or with
+    ``--write`` put each between its markers on ``page``."""
+    p = argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])
+    p.add_argument("--write", action="store_true", help="replace the page's tables")
+    args = p.parse_args()
+    for name, render in tables.items():
+        if args.write:
+            replace_between(page, *markers(name), render())
+        else:
+            print(f"{markers(name)[0]}\n{render()}")

@@ -10,12 +10,11 @@ matches its record. (The reward benchmark's tables are scripts/rewards_bench_res
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections.abc import Callable
 from pathlib import Path
 
-from scripts.generated import replace_between, report_rows, table_row
+from scripts.generated import page_markers, report_rows, table_row, write_tables
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORD = ROOT / "docs" / "records" / "bench-service-vs-engine-limit"
@@ -27,7 +26,7 @@ DTYPES = {"service": "bfloat16 (`auto`)", "service-f32": "float32"}
 
 
 def markers(name: str) -> tuple[str, str]:
-    return f"<!-- performance-{name}: start -->", f"<!-- performance-{name}: end -->"
+    return page_markers("performance", name)
 
 
 def _by_header(rows: list[list[str]]) -> list[dict[str, str]]:
@@ -146,14 +145,7 @@ TABLES: dict[str, Callable[[], str]] = {
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--write", action="store_true", help="replace the page's tables")
-    args = p.parse_args()
-    for name, render in TABLES.items():
-        if args.write:
-            replace_between(PAGE, *markers(name), render())
-        else:
-            print(f"{markers(name)[0]}\n{render()}")
+    write_tables(__doc__, PAGE, markers, TABLES)
 
 
 if __name__ == "__main__":

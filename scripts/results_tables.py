@@ -10,13 +10,19 @@ tests/unit/test_results_tables.py fails when one no longer matches its record.
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from scripts.generated import pct_ci, replace_between, report_rows, report_table, table_row
+from scripts.generated import (
+    page_markers,
+    pct_ci,
+    report_rows,
+    report_table,
+    table_row,
+    write_tables,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDS = ROOT / "docs" / "records"
@@ -35,7 +41,7 @@ SMOLLM2_ROWS = (
 
 
 def markers(name: str) -> tuple[str, str]:
-    return f"<!-- results-{name}: start -->", f"<!-- results-{name}: end -->"
+    return page_markers("results", name)
 
 
 def _load(path: Path) -> Any:
@@ -293,14 +299,7 @@ TABLES: dict[str, Callable[[], str]] = {
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--write", action="store_true", help="replace the page's tables")
-    args = p.parse_args()
-    for name, render in TABLES.items():
-        if args.write:
-            replace_between(PAGE, *markers(name), render())
-        else:
-            print(f"{markers(name)[0]}\n{render()}")
+    write_tables(__doc__, PAGE, markers, TABLES)
 
 
 if __name__ == "__main__":

@@ -11,13 +11,12 @@ tests/unit/test_rlhf_tables.py fails when one no longer matches its record.
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from scripts.generated import replace_between, table_row
+from scripts.generated import page_markers, table_row, write_tables
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDS = ROOT / "docs" / "records"
@@ -35,7 +34,7 @@ LONGEST = 90  # a rollout's text is cut to this many characters
 
 
 def markers(name: str) -> tuple[str, str]:
-    return f"<!-- rlhf-{name}: start -->", f"<!-- rlhf-{name}: end -->"
+    return page_markers("rlhf", name)
 
 
 def _load(path: Path) -> Any:
@@ -204,14 +203,7 @@ TABLES: dict[str, Callable[[], str]] = {
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--write", action="store_true", help="replace the page's tables")
-    args = p.parse_args()
-    for name, render in TABLES.items():
-        if args.write:
-            replace_between(PAGE, *markers(name), render())
-        else:
-            print(f"{markers(name)[0]}\n{render()}")
+    write_tables(__doc__, PAGE, markers, TABLES)
 
 
 if __name__ == "__main__":

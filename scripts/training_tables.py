@@ -10,7 +10,6 @@ its record.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 from collections.abc import Callable
@@ -18,7 +17,7 @@ from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any
 
-from scripts.generated import pct_ci, replace_between, table_row
+from scripts.generated import page_markers, pct_ci, table_row, write_tables
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDS = ROOT / "docs" / "records" / "judge-training"
@@ -40,7 +39,7 @@ OOD = (
 
 
 def markers(name: str) -> tuple[str, str]:
-    return f"<!-- training-{name}: start -->", f"<!-- training-{name}: end -->"
+    return page_markers("training", name)
 
 
 def _load(path: Path) -> Any:
@@ -321,14 +320,7 @@ TABLES: dict[str, Callable[[], str]] = {
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--write", action="store_true", help="replace the page's tables")
-    args = p.parse_args()
-    for name, render in TABLES.items():
-        if args.write:
-            replace_between(PAGE, *markers(name), render())
-        else:
-            print(f"{markers(name)[0]}\n{render()}")
+    write_tables(__doc__, PAGE, markers, TABLES)
 
 
 if __name__ == "__main__":
