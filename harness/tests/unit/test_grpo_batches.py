@@ -12,6 +12,9 @@ import pytest
 
 from reflectrm_harness.training.grpo.batches import (
     chosen_longer_by_pair,
+    item_group,
+    length_balanced,
+    length_cells,
     position_balanced,
     with_chosen_longer,
 )
@@ -197,3 +200,69 @@ def test_the_metrics_file_gets_the_strata_trl_logs_for_a_step(tmp_path: Path) ->
     assert row["reward_by/right_1"] == 0.5
     assert row["reward_by/chosen_longer"] == 1.0
     assert row["reward_by/chosen_shorter"] == 0.0
+
+
+def cf(k: int, kind: str, label: int, longer: bool | None, item_kind: str = "preference") -> dict:
+    return {
+        "pair_id": f"hs/row{k}/{kind}",
+        "kind": item_kind,
+        "label": label,
+        "chosen_longer": longer,
+    }
+
+
+def test_an_item_of_a_counterfactual_pair_is_grouped_by_its_kind_too() -> None:
+    assert item_group(cf(1, "non_answer", 1, True)) == "preference/non_answer"
+    assert item_group(cf(1, "other_prompt", 1, True, "reflection")) == "reflection/other_prompt"
+    # an ordinary pair id: the item's kind alone
+    assert item_group({"pair_id": "helpsteer2/train/7", "kind": "preference"}) == "preference"
+
+
+def test_length_balance_keeps_each_cell_at_its_groups_smallest() -> None:
+    # non_answer: label 1 longer x3, shorter x2; label 2 longer x4, shorter x1 -> 1 per cell
+    # other_prompt: 2 per cell already -> all 8 kept; one same-length item always kept
+    given = (
+        [cf(k, "non_answer", 1, True) for k in range(3)]
+        + [cf(k, "non_answer", 1, False) for k in range(3, 5)]
+        + [cf(k, "non_answer", 2, True) for k in range(5, 9)]
+        + [cf(9, "non_answer", 2, False)]
+        + [
+            cf(k, "other_prompt", y, lo)
+            for k, (y, lo) in enumerate([(1, True), (1, False), (2, True), (2, False)] * 2, 20)
+        ]
+        + [cf(40, "truncated_padded", 1, None)]
+    )
+    kept, left_out = length_balanced(given, seed=3)
+    assert (len(kept), left_out) == (4 + 8 + 1, 10 - 4)
+    cells = length_cells(kept)
+    assert cells["preference/non_answer"] == {
+        "1/longer": 1,
+        "1/shorter": 1,
+        "2/longer": 1,
+        "2/shorter": 1,
+    }
+    assert cells["preference/other_prompt"] == {
+        "1/longer": 2,
+        "1/shorter": 2,
+        "2/longer": 2,
+        "2/shorter": 2,
+    }
+    assert cells["preference/truncated_padded"] == {"1/same": 1}
+    # the kept items keep their order
+    order = [given.index(i) for i in kept]
+    assert order == sorted(order)
+
+
+def test_length_balance_leaves_a_length_rule_at_half_in_every_group() -> None:
+    import random
+
+    rng = random.Random(0)
+    given = [
+        cf(k, rng.choice(["non_answer", "other_prompt"]), rng.choice([1, 2]), rng.random() < 0.7)
+        for k in range(200)
+    ]
+    kept, _ = length_balanced(given)
+    for group in {item_group(i) for i in kept}:
+        members = [i for i in kept if item_group(i) == group]
+        # "the longer reply wins" is right exactly when the chosen reply is the longer
+        assert sum(i["chosen_longer"] for i in members) * 2 == len(members)

@@ -8,6 +8,12 @@ half of the steps). ``position_balanced`` orders the items so that every consecu
 ``per_step`` items holds both positions equally, and the job turns TRL's shuffling off
 (``shuffle_dataset: False``) so the runs stay as ordered; the order itself is random (by seed),
 and every epoch repeats it.
+
+``length_balanced`` (the ``balance_length`` setting) goes first: whatever dropped items upstream
+(build-data's prompt bound and its choice of the pairs the base got wrong, the job's own
+``max_prompt_tokens``), it leaves as many items whose chosen reply is the longer as the shorter,
+in each position, within each group of items, so that a length rule scores 50% on what is
+trained on.
 """
 
 from __future__ import annotations
@@ -17,6 +23,8 @@ import random
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from reflectrm_harness.training.grpo.pairs import KINDS
 
 
 def position_balanced(
@@ -52,6 +60,41 @@ def position_balanced(
     return ordered, left_out
 
 
+def item_group(item: Mapping[str, Any]) -> str:
+    """An item's group for ``length_balanced``: its kind (preference or reflection), and for a
+    counterfactual pair (``reflectrm train grpo-pairs``, whose ids end in ``/<kind>``) that kind."""
+    tail = str(item.get("pair_id", "")).rsplit("/", 1)[-1]
+    return f"{item.get('kind', '')}/{tail}" if tail in KINDS else str(item.get("kind", ""))
+
+
+def length_balanced(
+    items: Sequence[Mapping[str, Any]], seed: int = 0
+) -> tuple[list[dict[str, Any]], int]:
+    """The items, less those that let length predict the label, and how many were left out.
+
+    Within each ``item_group``, the items whose ``chosen_longer`` is known fall into four cells
+    (label 1 or 2, the chosen reply longer or shorter); each cell keeps as many items as the
+    smallest holds, drawn at random (by ``seed``). Items whose replies are the same length
+    (``chosen_longer`` None) are all kept. The order is kept."""
+    rng = random.Random(seed)
+    cells: dict[tuple[str, int, bool], list[int]] = {}
+    for index, item in enumerate(items):
+        longer = item.get("chosen_longer")
+        if longer is not None:
+            key = (item_group(item), int(item["label"]), bool(longer))
+            cells.setdefault(key, []).append(index)
+    keep = {i for i, item in enumerate(items) if item.get("chosen_longer") is None}
+    for group in {g for g, _, _ in cells}:
+        members = [
+            cells.get((group, label, longer), []) for label in (1, 2) for longer in (True, False)
+        ]
+        size = min(len(m) for m in members)
+        for m in members:
+            keep.update(rng.sample(m, size))
+    kept = [dict(item) for i, item in enumerate(items) if i in keep]
+    return kept, len(items) - len(kept)
+
+
 def chosen_longer_by_pair(judgments: Path) -> dict[str, bool | None]:
     """From build-data's judgments.jsonl: per pair, whether the chosen (human-preferred) reply is
     longer than the other in characters (None for equal lengths)."""
@@ -77,3 +120,16 @@ def with_chosen_longer(
         {**item, "chosen_longer": item.get("chosen_longer", by_pair.get(str(item.get("pair_id"))))}
         for item in items
     ]
+
+
+def length_cells(items: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
+    """Per ``item_group``, how many items hold each label with the chosen reply longer,
+    shorter or the same length: what the job's manifest records of what it trained on."""
+    out: dict[str, dict[str, int]] = {}
+    for item in items:
+        longer = item.get("chosen_longer")
+        stratum = "same" if longer is None else ("longer" if longer else "shorter")
+        cell = out.setdefault(item_group(item), {})
+        key = f"{int(item['label'])}/{stratum}"
+        cell[key] = cell.get(key, 0) + 1
+    return {g: dict(sorted(c.items())) for g, c in sorted(out.items())}

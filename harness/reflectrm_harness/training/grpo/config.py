@@ -28,6 +28,8 @@ class GRPOSettings:
     temperature: float = 1.0
     kl_beta: float = 0.001
     format_reward_weight: float = 0.0
+    # Leave out items until a length rule scores 50% on those trained on (batches.length_balanced)
+    balance_length: bool = False
     max_steps: int | None = None
     seed: int = 0
     lora: bool = False

@@ -15,6 +15,8 @@ from reflectrm.engines.chat import chat_template_kwargs
 from reflectrm.judging.prompts import get_template
 from reflectrm_harness.training.grpo.batches import (
     chosen_longer_by_pair,
+    length_balanced,
+    length_cells,
     position_balanced,
     with_chosen_longer,
 )
@@ -127,6 +129,10 @@ def train(cfg: GRPOSettings, data: Path, cache_dir: Path | None = None) -> Path:
         check_items(items, cfg.template_version)
     # for the per-step rewards by stratum (rewards.reward_strata): the pair's chosen reply longer?
     items = with_chosen_longer(items, chosen_longer_by_pair(data.parent / JUDGMENTS_FILE))
+    unlengthed = 0
+    if cfg.balance_length:
+        items, unlengthed = length_balanced(items, cfg.seed)
+        log.info("balance_length: %d items left out, %d kept", unlengthed, len(items))
     items, unbalanced = position_balanced(items, cfg.prompts_per_batch, cfg.seed)
     log.info(
         "%d items ordered so each step of %d prompts holds both positions equally "
@@ -171,6 +177,8 @@ def train(cfg: GRPOSettings, data: Path, cache_dir: Path | None = None) -> Path:
             "items": len(items),
             "dropped_too_long": dropped,
             "dropped_to_balance_positions": unbalanced,
+            "dropped_to_balance_length": unlengthed,
+            "length_cells": length_cells(items),
             "kinds": {k: sum(i["kind"] == k for i in items) for k in ("preference", "reflection")},
             "statistics": json.loads(stats_file.read_text()) if stats_file.is_file() else None,
         },
