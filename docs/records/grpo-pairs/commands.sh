@@ -16,7 +16,7 @@ $T grpo-pairs --pairs $R/heldout-pool.jsonl --out $R/heldout-pairs.jsonl --split
 # The rerun on those pairs (docs/training.md, "The rerun on those pairs"), 2026-12-06, each engine
 # run under a lock file (flock) so that no two engines ran at once; outputs copied beside this
 # file: build-data-stats.json, warmup-manifest.json, warmup-metrics.jsonl, grpo-manifest.json,
-# metrics.jsonl, checks/, strata.json, reward-curve.png.
+# metrics.jsonl, checks/ (those with the format enforced), strata.json, reward-curve.png.
 export REFLECTRM_TEMPLATE_VERSION=v3 REFLECTRM_KV_CACHE_GIB=1 REFLECTRM_MAX_MODEL_LEN=2048 \
   VLLM_CPU_OMP_THREADS_BIND=0-1
 TRAP=harness/reflectrm_harness/evaluation/data/trap.jsonl
@@ -30,21 +30,16 @@ OMP_NUM_THREADS=2 $T warmup --judgments $R/data/judgments.jsonl --output-dir $R/
   --set learning_rate=1e-4
 OMP_NUM_THREADS=2 $T grpo --config small --data $R/data/train.jsonl --output-dir $R/grpo \
   --set model=$R/warmup/checkpoint --set max_steps=80 --set balance_length=true
-# 3. the checks: one greedy judgment per pair and order (checks/<name>[-enforced][-<set>].json);
-# with the format enforced (as served) on the four sets, then on their own output (held-out, trap)
+# 3. the checks: one greedy judgment per pair and order (checks/<name>[-enforced][-<set>].json),
+# with the format enforced (as served): the held-out pairs, the trap and the correctness set
 run() {  # NAME MODEL SUFFIX PAIRS [FLAG]
   $T check --model $2 --pairs $4 --max-tokens 128 $5 --out $R/checks/$1$3.json
 }
-enforced() {  # NAME MODEL
-  run $1 $2 -enforced $R/heldout-pairs.jsonl --enforce-format
-  run $1 $2 -enforced-trap $TRAP --enforce-format
-  run $1 $2 -enforced-correctness $CORR --enforce-format
-  run $1 $2 -enforced-chat $R/heldout-pool.jsonl --enforce-format
-}
-enforced grpo $R/grpo/checkpoint; enforced warmup $R/warmup/checkpoint; enforced base base
-for M in grpo warmup base; do
+for M in base warmup grpo; do
   P=$R/$M/checkpoint; [ $M = base ] && P=base
-  run $M $P "" $R/heldout-pairs.jsonl; run $M $P -trap $TRAP
+  run $M $P -enforced $R/heldout-pairs.jsonl --enforce-format
+  run $M $P -enforced-trap $TRAP --enforce-format
+  run $M $P -enforced-correctness $CORR --enforce-format
 done
 # 4. the tables and the curve of docs/training.md
 .venv/bin/python -m scripts.grpo_pairs_results --strata --plot --write

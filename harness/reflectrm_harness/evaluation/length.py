@@ -101,3 +101,33 @@ def judge_figures(
     out["slot1_share"] = slot1 / verdicts if verdicts else None
     out["both_right"] = both / len(correct) if correct else None
     return out
+
+
+def paired_length_balanced(
+    before: Sequence[float],
+    after: Sequence[float],
+    longer: Sequence[bool | None],
+    *,
+    seed: int = 0,
+    draws: int = DRAWS,
+) -> dict[str, Any]:
+    """How much ``after``'s length-balanced accuracy exceeds ``before``'s on the same pairs, with
+    a paired 95% interval: each bootstrap draw resamples pairs within each stratum (as
+    ``length_balanced`` does) and scores both judges on the same draw. ``before`` and ``after``
+    are per-pair correctness in the same pair order; fractions in [0, 1]. None (the keys
+    ``delta`` and ``ci95`` absent) without a pair in either stratum."""
+    if not (len(before) == len(after) == len(longer)):
+        raise ValueError("before, after and longer must have one entry per pair")
+    d = np.asarray(after, dtype=np.float64) - np.asarray(before, dtype=np.float64)
+    lon = np.asarray([x is True for x in longer], dtype=bool)
+    sho = np.asarray([x is False for x in longer], dtype=bool)
+    a, b = d[lon], d[sho]
+    out: dict[str, Any] = {"pairs": int(lon.sum() + sho.sum())}
+    if len(a) and len(b):
+        rng = np.random.default_rng(seed)
+        ra = a[rng.integers(0, len(a), (draws, len(a)))].mean(1)
+        rb = b[rng.integers(0, len(b), (draws, len(b)))].mean(1)
+        both = (ra + rb) / 2
+        out["delta"] = float((a.mean() + b.mean()) / 2)
+        out["ci95"] = [float(np.quantile(both, 0.025)), float(np.quantile(both, 0.975))]
+    return out
