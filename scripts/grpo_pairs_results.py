@@ -54,7 +54,7 @@ MODELS = (
     ("warmup", "after the format warm-up"),
     ("grpo", "after warm-up and GRPO (exported)"),
 )
-TABLES = ("results", "by-group", "gain")
+TABLES = ("results", "by-group", "gain", "reward")
 PREFIX = "grpo-pairs"
 
 
@@ -222,12 +222,44 @@ def gain_table(table: Mapping[str, Mapping[str, list[Any]]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+REWARD_KEYS = (
+    ("reward", "all completions"),
+    ("reward_by/right_1", "right answer Response 1"),
+    ("reward_by/right_2", "right answer Response 2"),
+    ("reward_by/chosen_longer", "chosen reply longer"),
+    ("reward_by/chosen_shorter", "chosen reply shorter"),
+    ("frac_reward_zero_std", "groups whose completions all scored alike"),
+)
+
+
+def reward_table(steps: int = 20, metrics: Path = RECORD / "metrics.jsonl") -> str:
+    """The run's mean reward per stratum over its first and its last ``steps`` steps (each step's
+    value as metrics.jsonl logged it; a stratum absent from a step is left out of its mean)."""
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    rows = [r for r in rows if "rewards/verdict_reward/mean" in r]
+
+    def mean(key: str, part: list[dict[str, Any]]) -> str:
+        values = [r[key] for r in part if r.get(key) is not None]
+        return f"{sum(values) / len(values):.2f} ({len(values)})" if values else "–"
+
+    lines = [
+        f"| mean over steps (steps with the stratum) | first {steps} steps | last {steps} steps |",
+        "|---|---:|---:|",
+    ]
+    for key, label in REWARD_KEYS:
+        lines.append(
+            table_row([f"{label} (`{key}`)", mean(key, rows[:steps]), mean(key, rows[-steps:])])
+        )
+    return "\n".join(lines) + "\n"
+
+
 def render() -> dict[str, str]:
     table = json.loads(STRATA.read_text())
     return {
         "results": results_table(table),
         "by-group": group_table(table),
         "gain": gain_table(table),
+        "reward": reward_table(),
     }
 
 

@@ -3,11 +3,14 @@ from the saved check records, and the per-pair and paired figures are hand-check
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from reflectrm_harness.evaluation.length import paired_length_balanced
 from scripts.generated import between, page_markers
-from scripts.grpo_pairs_results import PAGE, PREFIX, TABLES, correctness, render
+from scripts.grpo_pairs_results import PAGE, PREFIX, TABLES, correctness, render, reward_table
 
 
 def test_the_training_page_holds_the_tables_rendered_from_the_records() -> None:
@@ -70,3 +73,22 @@ def test_without_both_strata_there_is_no_gain() -> None:
     assert "delta" not in paired_length_balanced([0.0], [1.0], [True])
     with pytest.raises(ValueError, match="one entry per pair"):
         paired_length_balanced([0.0], [1.0, 0.0], [True, False])
+
+
+def test_the_reward_table_means_the_first_and_last_steps_leaving_out_absent_strata(
+    tmp_path: Path,
+) -> None:
+    rows = [
+        {"step": 1, "rewards/verdict_reward/mean": 0.25, "reward": 0.25, "reward_by/right_1": 0.5},
+        {"step": 2, "rewards/verdict_reward/mean": 0.75, "reward": 0.75},
+        {"step": 3, "rewards/verdict_reward/mean": 1.0, "reward": 1.0, "reward_by/right_1": 1.0},
+        {"train_runtime": 9.0},  # the end row: no reward, not a step
+    ]
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    table = reward_table(steps=2, metrics=metrics)
+    # first 2 steps: reward (0.25 + 0.75) / 2 = 0.50; right_1 only in step 1: 0.50 (1)
+    # last 2 steps: reward (0.75 + 1.0) / 2 = 0.875 -> 0.88; right_1 only in step 3: 1.00 (1)
+    assert "| all completions (`reward`) | 0.50 (2) | 0.88 (2) |" in table
+    assert "| right answer Response 1 (`reward_by/right_1`) | 0.50 (1) | 1.00 (1) |" in table
+    assert "| right answer Response 2 (`reward_by/right_2`) | – | – |" in table
