@@ -43,3 +43,12 @@ for M in base warmup grpo; do
 done
 # 4. the tables and the curve of docs/training.md
 .venv/bin/python -m scripts.grpo_pairs_results --strata --plot --write
+
+# 5. served as a user serves a checkpoint, with the defaults: the README's request and "What is
+# 2+2?" in both orders, and a group reward as a trainer asks it (served.txt)
+REFLECTRM_MODEL=$R/grpo/checkpoint REFLECTRM_PORT=8100 REFLECTRM_KV_CACHE_GIB=1 .venv/bin/reflectrm serve &
+curl -s 127.0.0.1:8100/v1/judge -H 'content-type: application/json' -d '{"prompt": "What is the capital of France?",
+  "responses": ["The capital of France is Paris.", "The capital of France is Berlin."]}'   # and swapped; 2+2
+curl -s 127.0.0.1:8100/v1/rewards -H 'content-type: application/json' -d '{"prompt": "What is 7 times 6?",
+  "completions": ["7 times 6 is 42.", "I am sorry, but I cannot help with that request.", "7 times 6 is 48.",
+  "Multiplying 7 by 6 gives 42."]}'
