@@ -118,16 +118,15 @@ def paired_length_balanced(
     ``delta`` and ``ci95`` absent) without a pair in either stratum."""
     if not (len(before) == len(after) == len(longer)):
         raise ValueError("before, after and longer must have one entry per pair")
-    d = np.asarray(after, dtype=np.float64) - np.asarray(before, dtype=np.float64)
-    lon = np.asarray([x is True for x in longer], dtype=bool)
-    sho = np.asarray([x is False for x in longer], dtype=bool)
-    a, b = d[lon], d[sho]
-    out: dict[str, Any] = {"pairs": int(lon.sum() + sho.sum())}
-    if len(a) and len(b):
-        rng = np.random.default_rng(seed)
-        ra = a[rng.integers(0, len(a), (draws, len(a)))].mean(1)
-        rb = b[rng.integers(0, len(b), (draws, len(b)))].mean(1)
-        both = (ra + rb) / 2
-        out["delta"] = float((a.mean() + b.mean()) / 2)
-        out["ci95"] = [float(np.quantile(both, 0.025)), float(np.quantile(both, 0.975))]
+    # the strata means of the per-pair differences, bootstrapped as length_balanced does
+    diff = length_balanced(
+        [a - b for a, b in zip(after, before, strict=True)],
+        longer,
+        seed=seed,
+        draws=draws,
+    )
+    out: dict[str, Any] = {"pairs": len(before) - diff["equal_length"]}
+    if "length_balanced" in diff:
+        out["delta"] = diff["length_balanced"]
+        out["ci95"] = diff["length_balanced_ci"]
     return out
